@@ -1,0 +1,52 @@
+"""``python -m appmaster``: run an application master (locally or as the Skein master script)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from container import fs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m appmaster", description=__doc__)
+    parser.add_argument("--app-path", default=os.environ.get("STRAM_APP_PATH"),
+                        help="application directory URI [env: STRAM_APP_PATH]")
+    parser.add_argument("--app-id", default=os.environ.get("STRAM_APP_ID"), help="[env: STRAM_APP_ID]")
+    parser.add_argument("--launcher", choices=("local", "yarn"),
+                        default=os.environ.get("STRAM_LAUNCHER", "local"), help="[env: STRAM_LAUNCHER]")
+    args = parser.parse_args(argv)
+    token = os.environ.get("STRAM_TOKEN")
+    if not args.app_path or not args.app_id or not token:
+        print("error: the master needs --app-path, --app-id and STRAM_TOKEN; "
+              "start applications with `stram launch`", file=sys.stderr)
+        return 2
+    log_dir = os.environ.get("STRAM_LOG_DIR") or (
+        os.path.join(fs.resolve(args.app_path)[1], "logs") if "://" not in args.app_path
+        or args.app_path.startswith("file://") else "logs")
+    os.makedirs(log_dir, exist_ok=True)
+    logging.basicConfig(level=os.environ.get("STRAM_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        handlers=[logging.FileHandler(os.path.join(log_dir, "master.log")),
+                                  logging.StreamHandler()])
+    from appmaster.master import AppMaster, install_signal_handlers
+    from appmaster.spec import AppSpec
+    spec = AppSpec.from_yaml(fs.read_bytes(fs.join(args.app_path, "spec.yaml")).decode(),
+                             source=fs.join(args.app_path, "spec.yaml"))
+    if args.launcher == "yarn":
+        from appmaster.yarn import YarnLauncher
+        launcher = YarnLauncher.from_current()
+    else:
+        from appmaster.launcher import LocalLauncher
+        launcher = LocalLauncher(log_dir)
+    master = AppMaster(spec, args.app_id, args.app_path, token, launcher)
+    install_signal_handlers(master)
+    state = master.run()
+    logging.getLogger("appmaster").info("application %s ended %s", args.app_id, state)
+    return 0 if state == "SUCCEEDED" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

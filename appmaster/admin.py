@@ -1,0 +1,94 @@
+"""The master's admin API: HTTP/JSON under ``/ws/v2/stram/`` (Apex's paths), on Flask.
+
+The CLI reaches a running master through it; its URL is written to
+``APP_PATH/admin.json``. On YARN the same pages sit behind the tracking URL.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from flask import Flask, jsonify, request
+from werkzeug.serving import make_server
+
+from appmaster.state import UnknownContainer
+
+log = logging.getLogger("appmaster.admin")
+
+
+def create_app(master: Any) -> Flask:
+    app = Flask("stram-admin")
+
+    def locked(fn):  # noqa: ANN001
+        with master.lock:
+            return fn()
+
+    @app.get("/ws/v2/stram/info")
+    def info():  # noqa: ANN202
+        return jsonify(locked(master.state.info))
+
+    @app.get("/ws/v2/stram/operators")
+    def operators():  # noqa: ANN202
+        return jsonify({"operators": locked(master.state.operator_rows)})
+
+    @app.get("/ws/v2/stram/containers")
+    def containers():  # noqa: ANN202
+        return jsonify({"containers": locked(master.state.container_rows)})
+
+    @app.get("/ws/v2/stram/plan")
+    def plan():  # noqa: ANN202
+        return jsonify(locked(master.state.plan.to_dict))
+
+    @app.delete("/ws/v2/stram/containers/<container_id>")
+    def kill_container(container_id: str):  # noqa: ANN202
+        import time
+        try:
+            with master.lock:
+                instructions = master.state.kill_container(container_id, int(time.time() * 1000))
+        except UnknownContainer:
+            return jsonify({"error": f"unknown container {container_id!r}"}), 404
+        master.execute(instructions)
+        return jsonify({"killed": container_id})
+
+    @app.post("/ws/v2/stram/shutdown")
+    def shutdown():  # noqa: ANN202
+        master.request_shutdown()
+        return jsonify({"shutdown": "requested"})
+
+    @app.post("/ws/v2/stram/kill")
+    def kill():  # noqa: ANN202
+        master.request_kill()
+        return jsonify({"kill": "requested"})
+
+    @app.post("/ws/v2/stram/operators/<name>/partitions")
+    def scale(name: str):  # noqa: ANN202
+        body = request.get_json(silent=True) or {}
+        scale_fn = getattr(master, "scale", None)
+        if scale_fn is None:
+            return jsonify({"error": "live repartitioning is not available in this version"}), 501
+        try:
+            return jsonify(scale_fn(name, int(body.get("count", 0))))
+        except (KeyError, ValueError) as exc:
+            return jsonify({"error": str(exc)}), 400
+
+    @app.get("/")
+    def index():  # noqa: ANN202
+        s = locked(master.state.info)
+        rows = "".join(f"<tr><td>{r['label']}</td><td>{r['state']}</td><td>{r['container']}</td>"
+                       f"<td>{r['tuples_per_sec']}</td></tr>" for r in locked(master.state.operator_rows))
+        return (f"<html><head><title>stram {s['name']}</title></head><body><h1>{s['name']} ({s['id']})</h1>"
+                f"<p>state {s['state']} &middot; committed window {s['committed_window_hex']}</p>"
+                f"<table><tr><th>operator</th><th>state</th><th>container</th><th>tuples/s</th></tr>{rows}"
+                f"</table></body></html>")
+
+    return app
+
+
+def start_admin(master: Any, host: str) -> tuple[Any, str]:
+    """Serve the admin API on a free port in a thread; (server, base URL)."""
+    server = make_server("0.0.0.0", 0, create_app(master), threaded=True)
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    threading.Thread(target=server.serve_forever, daemon=True, name="admin-http").start()
+    return server, f"http://{host}:{server.server_port}"

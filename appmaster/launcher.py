@@ -1,0 +1,112 @@
+"""Launchers start and stop container processes: locally, or on YARN (appmaster.yarn).
+
+A launcher is the master's only way to get containers. The master calls
+``launch``/``kill`` and polls ``poll()`` for containers that ended; the
+decisions stay in :class:`appmaster.state.MasterState`.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+log = logging.getLogger("appmaster.launcher")
+
+
+@dataclass
+class ContainerRequest:
+    container_id: str
+    memory_mb: int
+    vcores: int
+    hosts: tuple[str, ...]
+    env: dict[str, str]
+
+
+class Launcher(abc.ABC):
+    """Starts container agents (``python -m container``) with their environment."""
+
+    #: Where the launcher can honour preferred hosts.
+    honours_hosts = False
+
+    @abc.abstractmethod
+    def launch(self, request: ContainerRequest) -> None:
+        """Start a container; it finds the master through APP_PATH/heartbeatUri."""
+
+    @abc.abstractmethod
+    def kill(self, container_id: str) -> None:
+        """Stop a container now (SIGKILL locally)."""
+
+    @abc.abstractmethod
+    def poll(self) -> list[tuple[str, int | None]]:
+        """Containers that ended since the last call: (container id, exit code)."""
+
+    @abc.abstractmethod
+    def stop_all(self, grace: float = 5.0) -> None:
+        """Stop every container still running, politely then by force."""
+
+    def set_progress(self, fraction: float) -> None:
+        """Report application progress where the platform shows it."""
+
+    def finish(self, state: str, diagnostics: str) -> None:
+        """Report the application's final state where the platform shows it."""
+
+
+class LocalLauncher(Launcher):
+    """Containers as local processes (the embedded default)."""
+
+    def __init__(self, log_dir: str, cwd: str | None = None) -> None:
+        self.log_dir = log_dir
+        self.cwd = cwd or os.getcwd()
+        self.processes: dict[str, subprocess.Popen] = {}
+        os.makedirs(log_dir, exist_ok=True)
+
+    def launch(self, request: ContainerRequest) -> None:
+        env = dict(os.environ)
+        env.update(request.env)
+        env["STRAM_HOST"] = "127.0.0.1"
+        env["STRAM_WORK_DIR"] = os.path.join(os.path.dirname(self.log_dir), "work", request.container_id)
+        env.setdefault("PYTHONPATH", self.cwd)
+        out = open(os.path.join(self.log_dir, f"{request.container_id}.log"), "ab")
+        proc = subprocess.Popen([sys.executable, "-m", "container"], env=env, cwd=self.cwd,
+                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        out.close()
+        self.processes[request.container_id] = proc
+        log.info("launched %s as pid %d", request.container_id, proc.pid)
+
+    def kill(self, container_id: str) -> None:
+        proc = self.processes.get(container_id)
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            log.info("killed %s (pid %d)", container_id, proc.pid)
+
+    def pid(self, container_id: str) -> int | None:
+        proc = self.processes.get(container_id)
+        return proc.pid if proc is not None else None
+
+    def poll(self) -> list[tuple[str, int | None]]:
+        ended = []
+        for cid, proc in list(self.processes.items()):
+            code = proc.poll()
+            if code is not None:
+                ended.append((cid, code))
+                del self.processes[cid]
+        return ended
+
+    def stop_all(self, grace: float = 5.0) -> None:
+        for proc in self.processes.values():
+            if proc.poll() is None:
+                proc.terminate()
+        deadline = time.monotonic() + grace
+        for proc in self.processes.values():
+            try:
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.processes.clear()

@@ -1,0 +1,175 @@
+"""The application master process: wires MasterState to gRPC, the launcher and files.
+
+Runs as ``python -m appmaster`` (locally, or as the Skein master script on
+YARN). Decisions live in :class:`appmaster.state.MasterState`; this module
+carries out its instructions: launching and killing containers, deleting old
+checkpoints, writing ``heartbeatUri`` and the status file under ``APP_PATH``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from typing import Any
+
+from appmaster.launcher import ContainerRequest, Launcher
+from appmaster.server import UmbilicalServicer, create_server
+from appmaster.state import (DeleteCheckpoints, Finish, Instruction, KillContainer, LaunchContainer,
+                             MasterState)
+from container import fs
+
+log = logging.getLogger("appmaster")
+
+
+def _now() -> int:
+    return int(time.time() * 1000)
+
+
+class AppMaster:
+    """One running application master."""
+
+    def __init__(self, spec: Any, app_id: str, app_path: str, token: str, launcher: Launcher,
+                 host: str | None = None) -> None:
+        self.spec = spec
+        self.app_id = app_id
+        self.app_path = app_path
+        self.token = token
+        self.launcher = launcher
+        self.host = host or os.environ.get("STRAM_HOST") or socket.gethostname()
+        self.lock = threading.RLock()
+        now = _now()
+        self.state = MasterState(spec, app_id, app_path, token, now, now)
+        self.finished = threading.Event()
+        self.final: Finish | None = None
+        self.server = None
+        self.port = 0
+        self.admin = None
+        self.admin_url = ""
+        self._stop_requested = False
+
+    # ------------------------------------------------------------ instructions
+    def execute(self, instructions: list[Instruction]) -> None:
+        for ins in instructions:
+            try:
+                self._execute(ins)
+            except Exception:  # noqa: BLE001 - one failed action must not stop the master
+                log.exception("could not carry out %s", ins)
+
+    def _execute(self, ins: Instruction) -> None:
+        if isinstance(ins, LaunchContainer):
+            env = {"STRAM_CONTAINER_ID": ins.container_id, "STRAM_APP_PATH": self.app_path,
+                   "STRAM_TOKEN": self.token, "STRAM_APP_ID": self.app_id}
+            self.launcher.launch(ContainerRequest(ins.container_id, ins.memory_mb, ins.vcores, ins.hosts, env))
+        elif isinstance(ins, KillContainer):
+            log.info("killing %s: %s", ins.container_id, ins.reason)
+            self.launcher.kill(ins.container_id)
+        elif isinstance(ins, DeleteCheckpoints):
+            for window in ins.windows:
+                fs.delete(fs.join(self.app_path, "checkpoints", str(ins.operator_id), str(window)))
+        elif isinstance(ins, Finish):
+            self.final = ins
+            self.finished.set()
+
+    # ------------------------------------------------------------ run
+    def start(self) -> None:
+        servicer = UmbilicalServicer(self.state, self.lock, self.execute)
+        self.server, self.port = create_server(servicer, host="0.0.0.0", port=0)
+        from appmaster.admin import start_admin
+        self.admin, self.admin_url = start_admin(self, self.host)
+        fs.write_atomic(fs.join(self.app_path, "admin.json"), json.dumps(
+            {"url": self.admin_url, "pid": os.getpid(), "host": self.host}).encode())
+        # containers find the master here; written last, once everything serves
+        fs.write_atomic(fs.join(self.app_path, "heartbeatUri"), f"{self.host}:{self.port}".encode())
+        log.info("application %s: umbilical at %s:%d, admin API at %s", self.app_id, self.host,
+                 self.port, self.admin_url)
+        with self.lock:
+            instructions = self.state.start(_now())
+        self.execute(instructions)
+        self.write_status()
+
+    def run(self) -> str:
+        """Serve until the application ends; returns its final state."""
+        self.start()
+        last_status = 0.0
+        while not self.finished.wait(0.2):
+            ended = self.launcher.poll()
+            with self.lock:
+                instructions: list[Instruction] = []
+                for cid, code in ended:
+                    instructions += self.state.container_exited(cid, code, _now())
+                instructions += self.state.tick(_now())
+            self.execute(instructions)
+            if self._stop_requested:
+                with self.lock:
+                    self.execute(self.state.kill(_now()))
+            if time.monotonic() - last_status > 1.0:
+                self.write_status()
+                last_status = time.monotonic()
+            if self.state.state != "RUNNING" and not self.finished.is_set():
+                self._wait_for_containers()
+        self._wait_for_containers()
+        final = self.final or Finish(self.state.state, self.state.diagnostics)
+        self.launcher.finish(final.state, final.diagnostics)
+        self.write_status()
+        self.stop()
+        return final.state
+
+    def _wait_for_containers(self, grace: float = 10.0) -> None:
+        """After the end: containers get ``shutdown`` in their heartbeat; then force."""
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            ended = self.launcher.poll()
+            with self.lock:
+                for cid, code in ended:
+                    self.execute(self.state.container_exited(cid, code, _now()))
+                if not self.state.containers_to_stop():
+                    break
+            time.sleep(0.1)
+        self.launcher.stop_all(grace=2.0)
+        with self.lock:
+            for container in self.state.plan.containers.values():
+                if container.state in ("PENDING", "RUNNING"):
+                    container.state = "RELEASED"
+            self.execute(self.state._maybe_finish(force=True))
+        self.finished.set()
+
+    def request_kill(self) -> None:
+        """Kill the application (from a signal or the admin API)."""
+        self._stop_requested = True
+
+    def request_shutdown(self) -> None:
+        with self.lock:
+            self.state.request_shutdown(_now())
+
+    def stop(self) -> None:
+        if self.admin is not None:
+            self.admin.shutdown()
+        if self.server is not None:
+            self.server.stop(grace=1.0)
+
+    def write_status(self) -> None:
+        """``APP_PATH/status.json``: what list-apps shows once the master is gone."""
+        with self.lock:
+            info = self.state.info()
+        status = {k: info[k] for k in ("id", "name", "state", "diagnostics", "committed_window",
+                                       "started_millis", "finished_millis", "containers", "operators")}
+        status["admin_url"] = self.admin_url
+        status["pid"] = os.getpid()
+        try:
+            fs.write_atomic(fs.join(self.app_path, "status.json"), json.dumps(status).encode())
+        except OSError:
+            log.exception("could not write status.json")
+
+
+def install_signal_handlers(master: AppMaster) -> None:
+    """SIGTERM/SIGINT kill the application: containers stopped, state KILLED."""
+    def handler(signum: int, frame: Any) -> None:
+        log.info("signal %d: killing the application", signum)
+        master.request_kill()
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)

@@ -1,0 +1,330 @@
+"""The physical plan: partitions, unifiers, locality groups and containers.
+
+Built from a validated :class:`appmaster.spec.AppSpec` (the logical plan).
+Pure data and functions: no sockets, no files, no clocks.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from container.partition import partition_keys, partition_mask
+
+__all__ = ["OperatorState", "PTInput", "PTOperator", "PTContainer", "PhysicalPlan",
+           "INLINE_LOCALITIES"]
+
+INLINE_LOCALITIES = ("THREAD_LOCAL", "CONTAINER_LOCAL")
+
+
+class OperatorState(enum.Enum):
+    """Life of a physical operator on the master."""
+
+    PENDING_DEPLOY = "PENDING_DEPLOY"   #: waiting for its container to ask
+    DEPLOYING = "DEPLOYING"             #: sent in a deploy request, not yet reported
+    ACTIVE = "ACTIVE"                   #: reported running
+    SHUTDOWN = "SHUTDOWN"               #: ended (ShutdownException / END_STREAM); parked
+    FAILED = "FAILED"                   #: reported failed; awaiting recovery
+
+
+@dataclass
+class PTInput:
+    """One upstream source of an input port of a physical operator."""
+
+    port: str
+    stream: str
+    source_id: int
+    source_port: str
+    #: Declared locality of the stream (None: across containers allowed).
+    locality: str | None = None
+    partition_mask: int = 0
+    partition_keys: tuple[int, ...] = ()
+    codec: str = "pickle"
+
+
+@dataclass
+class PTOperator:
+    """A physical operator: one partition of a logical operator, or a unifier."""
+
+    id: int
+    name: str
+    kind: str  #: INPUT, GENERIC, UNIFIER or OIO
+    class_name: str
+    properties: dict[str, Any] = field(default_factory=dict)
+    attributes: dict[str, Any] = field(default_factory=dict)
+    partition_index: int = 0
+    partition_count: int = 1
+    inputs: list[PTInput] = field(default_factory=list)
+    #: output port -> stream name
+    outputs: dict[str, str] = field(default_factory=dict)
+    #: For a unifier: the logical operator whose partitions it merges.
+    unifies: str | None = None
+    container: str | None = None
+    state: OperatorState = OperatorState.PENDING_DEPLOY
+    #: Windows of the checkpoints this operator has saved, ascending.
+    checkpoints: list[int] = field(default_factory=list)
+    #: Window this operator would restart from (state after that window).
+    recovery_checkpoint: int = -1
+    #: Last window the operator reported finished.
+    current_window: int = -1
+    #: The window the operator shut down at (state SHUTDOWN).
+    shutdown_window: int | None = None
+    restarts: int = 0
+    last_error: str = ""
+    #: Wall-clock millis when current_window last advanced.
+    window_advanced_millis: int = 0
+
+    @property
+    def label(self) -> str:
+        if self.kind == "UNIFIER":
+            return f"{self.name}#{self.id}"
+        if self.partition_count > 1:
+            return f"{self.name}[{self.partition_index}]"
+        return self.name
+
+    @property
+    def source_ids(self) -> set[int]:
+        return {i.source_id for i in self.inputs}
+
+
+@dataclass
+class PTContainer:
+    """A container group: operators that run in one process."""
+
+    id: str
+    operators: set[int] = field(default_factory=set)
+    #: PENDING (launch asked), RUNNING (agent heartbeating), LOST, RELEASED
+    state: str = "PENDING"
+    host: str = ""
+    buffer_server: tuple[str, int] | None = None
+    last_heartbeat_millis: int = 0
+    process: str = ""
+    memory_mb: int = 0
+    vcores: int = 1
+    #: Operators placed here but not yet sent in a deploy request.
+    pending_deploy: set[int] = field(default_factory=set)
+
+
+class PhysicalPlan:
+    """Physical operators and the containers they are placed in."""
+
+    def __init__(self) -> None:
+        self.operators: dict[int, PTOperator] = {}
+        self.containers: dict[str, PTContainer] = {}
+        self._next_op = 1
+        self._next_container = 1
+
+    # ------------------------------------------------------------- building
+    @classmethod
+    def from_spec(cls, spec: Any, initial_checkpoint: int = -1,
+                  max_containers: int | None = None) -> "PhysicalPlan":
+        """Partitions, unifiers and container placement for a logical plan."""
+        plan = cls()
+        parts: dict[str, list[PTOperator]] = {}
+        for name in spec.topological_order():
+            ospec = spec.operators[name]
+            op_cls = ospec.load_class()
+            from container.operator import InputOperator, input_ports
+            kind = "INPUT" if issubclass(op_cls, InputOperator) or not input_ports(op_cls) else "GENERIC"
+            n = ospec.partitions
+            attrs = _operator_attributes(spec, name)
+            parts[name] = [plan._add(PTOperator(
+                id=0, name=name, kind=kind, class_name=ospec.class_name,
+                properties=dict(ospec.properties), attributes=attrs,
+                partition_index=i, partition_count=n,
+                checkpoints=[], recovery_checkpoint=initial_checkpoint,
+                current_window=initial_checkpoint)) for i in range(n)]
+        thread_groups: list[set[int]] = []
+        groups: list[set[int]] = []
+        for sname, stream in spec.streams.items():
+            upstream = parts[stream.source.operator]
+            up_cls = spec.operators[stream.source.operator].load_class()
+            codec = stream.codec or _port_codec(up_cls, stream.source.port)
+            for sink in stream.sinks:
+                downstream = parts[sink.operator]
+                port_attrs = spec.operators[sink.operator].port_attributes.get(sink.port, {})
+                parallel = bool(port_attrs.get("PARTITION_PARALLEL")) and len(upstream) == len(downstream)
+                loc = stream.locality if stream.locality in INLINE_LOCALITIES else None
+                if parallel or (loc and len(upstream) == len(downstream)):
+                    for up, down in zip(upstream, downstream):
+                        down.inputs.append(PTInput(sink.port, sname, up.id, stream.source.port, loc, codec=codec))
+                        if loc:
+                            (thread_groups if loc == "THREAD_LOCAL" else groups).append({up.id, down.id})
+                elif len(downstream) == 1 and len(upstream) > 1:
+                    down = downstream[0]
+                    unifier = plan._add(PTOperator(
+                        id=0, name=f"{stream.source.operator}.{stream.source.port}.unifier", kind="UNIFIER",
+                        class_name=_unifier_class(up_cls), attributes=dict(down.attributes),
+                        unifies=stream.source.operator, recovery_checkpoint=initial_checkpoint,
+                        current_window=initial_checkpoint))
+                    for up in upstream:
+                        unifier.inputs.append(PTInput("input", sname, up.id, stream.source.port, None, codec=codec))
+                    unifier.outputs["output"] = sname
+                    down.inputs.append(PTInput(sink.port, sname, unifier.id, "output", "THREAD_LOCAL", codec=codec))
+                    thread_groups.append({unifier.id, down.id})
+                else:
+                    n = len(downstream)
+                    mask = partition_mask(n)
+                    for j, down in enumerate(downstream):
+                        keys = tuple(partition_keys(n, j)) if n > 1 else ()
+                        for up in upstream:
+                            down.inputs.append(PTInput(sink.port, sname, up.id, stream.source.port, None,
+                                                       mask if n > 1 else 0, keys, codec))
+            for up in upstream:
+                up.outputs[stream.source.port] = sname
+        for op in plan.operators.values():
+            if op.kind == "GENERIC" and op.inputs and all(
+                    i.locality == "THREAD_LOCAL" for i in op.inputs):
+                op.kind = "OIO"
+        plan._place(thread_groups + groups, max_containers)
+        return plan
+
+    def _add(self, op: PTOperator) -> PTOperator:
+        op.id = self._next_op
+        self._next_op += 1
+        self.operators[op.id] = op
+        return op
+
+    def new_container_id(self) -> str:
+        cid = f"container_{self._next_container:06d}"
+        self._next_container += 1
+        return cid
+
+    def _place(self, links: Iterable[set[int]], max_containers: int | None) -> None:
+        """One container per locality group, merged down to ``max_containers``."""
+        parent = {op_id: op_id for op_id in self.operators}
+
+        def find(x: int) -> int:
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        for link in links:
+            first, *rest = sorted(link)
+            for other in rest:
+                parent[find(other)] = find(first)
+        groups: dict[int, list[int]] = {}
+        for op_id in sorted(self.operators):
+            groups.setdefault(find(op_id), []).append(op_id)
+        ordered = list(groups.values())
+        if max_containers and len(ordered) > max_containers:
+            merged: list[list[int]] = [[] for _ in range(max_containers)]
+            for i, members in enumerate(ordered):
+                merged[i % max_containers].extend(members)
+            ordered = merged
+        for members in ordered:
+            container = PTContainer(id=self.new_container_id())
+            self.containers[container.id] = container
+            for op_id in members:
+                self.assign(op_id, container.id)
+
+    def assign(self, op_id: int, container_id: str) -> None:
+        op = self.operators[op_id]
+        if op.container and op.container in self.containers:
+            self.containers[op.container].operators.discard(op_id)
+            self.containers[op.container].pending_deploy.discard(op_id)
+        op.container = container_id
+        container = self.containers[container_id]
+        container.operators.add(op_id)
+        container.pending_deploy.add(op_id)
+        container.memory_mb = max(container.memory_mb, int(op.attributes.get("MEMORY_MB", 0) or 0))
+        container.vcores = max(container.vcores, int(op.attributes.get("VCORES", 1) or 1))
+
+    # ------------------------------------------------------------- queries
+    def downstream(self, op_id: int) -> list[int]:
+        """Operators with an input fed by ``op_id``."""
+        return [o.id for o in self.operators.values() if op_id in o.source_ids]
+
+    def upstream(self, op_id: int) -> list[int]:
+        op = self.operators.get(op_id)
+        return sorted(op.source_ids & self.operators.keys()) if op else []
+
+    def topological(self) -> list[int]:
+        """Operator ids, every operator after all of its upstream operators."""
+        order: list[int] = []
+        seen: set[int] = set()
+
+        def visit(op_id: int) -> None:
+            if op_id in seen or op_id not in self.operators:
+                return
+            seen.add(op_id)
+            for up in self.upstream(op_id):
+                visit(up)
+            order.append(op_id)
+
+        for op_id in sorted(self.operators):
+            visit(op_id)
+        return order
+
+    def inline_group(self, op_id: int) -> set[int]:
+        """Operators connected to ``op_id`` by streams that stay in one container."""
+        group = {op_id}
+        frontier = [op_id]
+        while frontier:
+            current = self.operators[frontier.pop()]
+            neighbours = [i.source_id for i in current.inputs if self.is_inline(current, i)]
+            neighbours += [d for d in self.downstream(current.id)
+                           if any(i.source_id == current.id and self.is_inline(self.operators[d], i)
+                                  for i in self.operators[d].inputs)]
+            for n in neighbours:
+                if n in self.operators and n not in group:
+                    group.add(n)
+                    frontier.append(n)
+        return group
+
+    def is_inline(self, op: PTOperator, inp: PTInput) -> bool:
+        """Whether an input stays inside the container (no buffer server)."""
+        source = self.operators.get(inp.source_id)
+        return source is not None and source.container == op.container
+
+    def output_mask(self, op_id: int, port: str) -> int:
+        """Largest partition mask among the subscribers of an output port."""
+        masks = [i.partition_mask for d in self.downstream(op_id)
+                 for i in self.operators[d].inputs if i.source_id == op_id and i.source_port == port]
+        return max(masks, default=0)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready description (journal and admin API)."""
+        return {
+            "operators": [_op_dict(op) for op in self.operators.values()],
+            "containers": [{"id": c.id, "operators": sorted(c.operators), "state": c.state,
+                            "host": c.host, "buffer_server": list(c.buffer_server) if c.buffer_server else None,
+                            "memory_mb": c.memory_mb, "vcores": c.vcores}
+                           for c in self.containers.values()],
+        }
+
+
+def _op_dict(op: PTOperator) -> dict[str, Any]:
+    return {
+        "id": op.id, "name": op.name, "label": op.label, "kind": op.kind, "class": op.class_name,
+        "partition": [op.partition_index, op.partition_count], "container": op.container,
+        "state": op.state.value, "current_window": op.current_window,
+        "recovery_checkpoint": op.recovery_checkpoint, "checkpoints": list(op.checkpoints),
+        "shutdown_window": op.shutdown_window, "restarts": op.restarts, "last_error": op.last_error,
+        "inputs": [{"port": i.port, "stream": i.stream, "source": i.source_id, "source_port": i.source_port,
+                    "locality": i.locality, "mask": i.partition_mask, "keys": list(i.partition_keys)}
+                   for i in op.inputs],
+        "outputs": dict(op.outputs),
+    }
+
+
+def _operator_attributes(spec: Any, name: str) -> dict[str, Any]:
+    """DAG attributes overlaid with the operator's own (what its context sees)."""
+    merged = dict(spec.attributes)
+    merged.update(spec.operators[name].attributes)
+    return merged
+
+
+def _port_codec(op_cls: type, port: str) -> str:
+    from container.operator import operator_ports
+    p = operator_ports(op_cls).get(port)
+    return getattr(p, "codec", "pickle") or "pickle"
+
+
+def _unifier_class(op_cls: type) -> str:
+    unifier = getattr(op_cls, "unifier_class", None)
+    if unifier is None:
+        return "container.operator:PassThroughUnifier"
+    return f"{unifier.__module__}:{unifier.__qualname__}"

@@ -1,0 +1,103 @@
+"""The umbilical gRPC service: turns container RPCs into MasterState events.
+
+A thin translator (STYLE.md 3): it checks the token, takes the master's lock,
+calls :class:`appmaster.state.MasterState`, and hands instructions to the
+master's executor. Bad input never takes the server down: each call fails on
+its own with a gRPC status and a log line.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import threading
+import time
+from concurrent import futures
+from typing import Any, Callable
+
+import grpc
+
+import proto
+from appmaster.state import Instruction, MasterState, UnknownContainer
+
+log = logging.getLogger("appmaster.server")
+container_log = logging.getLogger("appmaster.containers")
+
+#: Largest request the master accepts (a heartbeat is a few KB).
+MAX_MESSAGE_BYTES = 4 << 20
+
+
+def _now() -> int:
+    return int(time.time() * 1000)
+
+
+class UmbilicalServicer(proto.StreamingContainerUmbilicalServicer):
+    """Serves container agents for one application."""
+
+    def __init__(self, state: MasterState, lock: threading.RLock,
+                 execute: Callable[[list[Instruction]], None]) -> None:
+        self.state = state
+        self.lock = lock
+        self.execute = execute
+        self.token = state.token.encode()
+
+    def _check(self, context: grpc.ServicerContext) -> None:
+        supplied = dict(context.invocation_metadata()).get(proto.TOKEN_METADATA_KEY, "")
+        if not hmac.compare_digest(supplied.encode(), self.token):
+            peer = context.peer()
+            log.warning("refused call from %s: %s application token", peer,
+                        "missing" if not supplied else "wrong")
+            context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                          "wrong or missing application token (metadata 'stram-token')")
+
+    def GetInitContext(self, request: proto.InitContextRequest, context: grpc.ServicerContext) -> Any:
+        self._check(context)
+        with self.lock:
+            try:
+                return self.state.init_context(request.container_id)
+            except UnknownContainer:
+                log.warning("GetInitContext from unknown container %r (%s)", request.container_id, context.peer())
+                context.abort(grpc.StatusCode.NOT_FOUND, f"unknown container {request.container_id!r}")
+
+    def Log(self, request: proto.LogRequest, context: grpc.ServicerContext) -> Any:
+        self._check(context)
+        level = getattr(logging, request.level or "INFO", logging.INFO)
+        container_log.log(level if isinstance(level, int) else logging.INFO, "[%s] %s",
+                          request.container_id, request.msg[:10000])
+        return proto.Empty()
+
+    def ReportError(self, request: proto.ReportErrorRequest, context: grpc.ServicerContext) -> Any:
+        self._check(context)
+        container_log.error("[%s] error in operators %s: %s", request.container_id,
+                            list(request.operators), request.msg[:20000])
+        with self.lock:
+            instructions = self.state.report_error(request.container_id, list(request.operators),
+                                                   request.msg, _now())
+        self.execute(instructions)
+        return proto.Empty()
+
+    def ProcessHeartbeat(self, request: proto.ContainerHeartbeat, context: grpc.ServicerContext) -> Any:
+        self._check(context)
+        with self.lock:
+            response, instructions = self.state.heartbeat(request, _now())
+        if response.shutdown and request.container_id not in self.state.plan.containers:
+            log.warning("heartbeat from unknown container %r (%s): told to shut down",
+                        request.container_id, context.peer())
+        self.execute(instructions)
+        return response
+
+
+def create_server(servicer: UmbilicalServicer, host: str = "0.0.0.0", port: int = 0,
+                  workers: int = 8) -> tuple[grpc.Server, int]:
+    """A started gRPC server for ``servicer`` and the port it bound (0: a free one)."""
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="umbilical"),
+        options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                 ("grpc.max_send_message_length", 64 << 20),
+                 ("grpc.so_reuseport", 0)])
+    proto.add_StreamingContainerUmbilicalServicer_to_server(servicer, server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"could not bind the umbilical server to {host}:{port}")
+    server.start()
+    return server, bound

@@ -1,0 +1,669 @@
+"""The master's decisions: heartbeats, deploys, the committed window, recovery, removal.
+
+:class:`MasterState` is pure bookkeeping in the style of a state machine: it
+takes events (a heartbeat, a container exit, a clock tick) and returns the
+heartbeat response plus :class:`Instruction` objects (launch, kill, delete
+checkpoints, finish) that the thin I/O layer in :mod:`appmaster.master`
+carries out. It opens no sockets and touches no files, so tests drive it
+directly with drawn timelines.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import proto
+from appmaster.plan import OperatorState, PhysicalPlan, PTContainer, PTOperator
+
+log = logging.getLogger("appmaster.state")
+
+_LOCALITY = {"THREAD_LOCAL": proto.THREAD_LOCAL, "CONTAINER_LOCAL": proto.CONTAINER_LOCAL}
+_OP_TYPE = proto.OperatorDeployInfo.OperatorType
+
+
+# ---------------------------------------------------------------- instructions
+
+@dataclass(frozen=True)
+class Instruction:
+    """Something the I/O layer must do."""
+
+
+@dataclass(frozen=True)
+class LaunchContainer(Instruction):
+    container_id: str
+    memory_mb: int
+    vcores: int
+    hosts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class KillContainer(Instruction):
+    container_id: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class DeleteCheckpoints(Instruction):
+    operator_id: int
+    windows: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Finish(Instruction):
+    state: str  #: SUCCEEDED, FAILED or KILLED
+    diagnostics: str = ""
+
+
+# ---------------------------------------------------------------- pure rules
+
+def recovery_checkpoints(plan: PhysicalPlan, initial: int) -> dict[int, int]:
+    """Each operator's recovery checkpoint (DESIGN: "Checkpoints and the committed window").
+
+    Walking downstream-first, an operator's recovery checkpoint is its newest
+    checkpoint not after the minimum recovery checkpoint of its downstream
+    operators; operators joined by streams that stay inside one container
+    share one common checkpoint. Operators with no usable checkpoint get
+    ``initial`` (start from scratch).
+    """
+    ops = plan.operators
+    groups: dict[int, frozenset[int]] = {}
+    for op_id in ops:
+        if op_id not in groups:
+            group = frozenset(plan.inline_group(op_id))
+            for member in group:
+                groups[member] = group
+    downstream = {op_id: plan.downstream(op_id) for op_id in ops}
+    rec = {op_id: (ops[op_id].checkpoints[-1] if ops[op_id].checkpoints else initial) for op_id in ops}
+    changed = True
+    while changed:
+        changed = False
+        for op_id in reversed(plan.topological()):
+            group = groups[op_id]
+            limit = min((rec[d] for m in group for d in downstream[m] if d not in group),
+                        default=None)
+            common = set(ops[op_id].checkpoints)
+            for m in group:
+                common &= set(ops[m].checkpoints)
+            candidates = [c for c in common if limit is None or c <= limit]
+            value = max(candidates, default=initial)
+            value = min(value, min(rec[m] for m in group))
+            for m in group:
+                if rec[m] != value:
+                    rec[m] = value
+                    changed = True
+    return rec
+
+
+def affected_operators(plan: PhysicalPlan, failed: Iterable[int]) -> set[int]:
+    """Operators to redeploy when ``failed`` are lost: them, everything downstream,
+    and the operators sharing an in-container stream with any of those."""
+    affected: set[int] = set()
+    frontier = list(failed)
+    while frontier:
+        op_id = frontier.pop()
+        if op_id in affected or op_id not in plan.operators:
+            continue
+        affected.add(op_id)
+        frontier.extend(plan.downstream(op_id))
+        frontier.extend(plan.inline_group(op_id))
+    return affected
+
+
+# ---------------------------------------------------------------- state
+
+@dataclass
+class Event:
+    millis: int
+    kind: str
+    text: str
+
+
+class UnknownContainer(Exception):
+    """A container id the plan does not know (or has released)."""
+
+
+class MasterState:
+    """All of the master's bookkeeping for one application.
+
+    Parameters
+    ----------
+    spec:
+        The validated application spec.
+    app_id, app_path, token:
+        Identity of the application, its directory URI and its secret.
+    start_window_millis:
+        Start of window index 0; whole seconds, so window ids line up.
+    """
+
+    def __init__(self, spec: Any, app_id: str, app_path: str, token: str,
+                 start_window_millis: int, now: int) -> None:
+        self.spec = spec
+        self.app_id = app_id
+        self.app_path = app_path
+        self.token = token
+        self.start_window_millis = start_window_millis - start_window_millis % 1000
+        #: Window before the first one: "no checkpoint yet".
+        self.initial_window = ((self.start_window_millis // 1000) << 32) - 1
+        self.attributes = {name: spec.attribute(name) for name in _DAG_ATTRIBUTES}
+        self.plan = PhysicalPlan.from_spec(spec, self.initial_window,
+                                           self.attributes.get("CONTAINERS_MAX_COUNT"))
+        #: The newest window no failure can make the application process again; never goes backward.
+        self.committed = self.initial_window
+        #: window id -> operators that shut down in that window, awaiting safe removal.
+        self.shutdown_operators: dict[int, list[int]] = {}
+        self.state = "RUNNING"
+        self.diagnostics = ""
+        self.started_millis = now
+        self.finished_millis = 0
+        self.events: collections.deque[Event] = collections.deque(maxlen=500)
+        self.errors: collections.deque[dict[str, Any]] = collections.deque(maxlen=100)
+        self.removed: list[dict[str, Any]] = []
+        #: per container: operator ids to undeploy, publishers to reset, in the next response
+        self._undeploy: dict[str, set[int]] = collections.defaultdict(set)
+        self._resets: dict[str, set[str]] = collections.defaultdict(set)
+        self._node_requests: dict[str, list[proto.StramToNodeRequest]] = collections.defaultdict(list)
+        #: op id -> recent (window, tuples in, tuples out, end millis)
+        self.window_history: dict[int, collections.deque] = collections.defaultdict(
+            lambda: collections.deque(maxlen=20))
+        self.blocked: set[int] = set()
+        self.shutdown_requested = False
+        self.heartbeats = 0
+
+    # ------------------------------------------------------------ helpers
+    def attr(self, name: str) -> Any:
+        return self.attributes.get(name)
+
+    def event(self, now: int, kind: str, text: str) -> None:
+        self.events.append(Event(now, kind, text))
+        log.info("%s: %s", kind, text)
+
+    # ------------------------------------------------------------ startup
+    def start(self, now: int) -> list[Instruction]:
+        """Ask for every planned container."""
+        self.event(now, "plan", f"{len(self.plan.operators)} operators in {len(self.plan.containers)} containers")
+        return [self._launch(c) for c in self.plan.containers.values()]
+
+    def _launch(self, container: PTContainer) -> LaunchContainer:
+        hosts = tuple(sorted({str(self.plan.operators[o].attributes.get("LOCALITY_HOST"))
+                              for o in container.operators
+                              if self.plan.operators[o].attributes.get("LOCALITY_HOST")}))
+        container.state = "PENDING"
+        return LaunchContainer(container.id, container.memory_mb or int(self.attr("CONTAINER_MEMORY_MB") or 1024),
+                               container.vcores, hosts)
+
+    def init_context(self, container_id: str) -> proto.StreamingContainerContext:
+        container = self.plan.containers.get(container_id)
+        if container is None or container.state in ("LOST", "RELEASED"):
+            raise UnknownContainer(container_id)
+        ctx = proto.StreamingContainerContext(
+            container_id=container_id, start_window_millis=self.start_window_millis,
+            heartbeat_interval_millis=int(self.attr("HEARTBEAT_INTERVAL_MILLIS")),
+            streaming_window_size_millis=int(self.attr("STREAMING_WINDOW_SIZE_MILLIS")),
+            checkpoint_window_count=int(self.attr("CHECKPOINT_WINDOW_COUNT")),
+            deploy_buffer_server=True, app_id=self.app_id, app_name=self.spec.name,
+            app_path=self.app_path, buffer_server_token=self.token.encode())
+        for name, value in self.attributes.items():
+            ctx.attributes[name] = json.dumps(value)
+        return ctx
+
+    # ------------------------------------------------------------ heartbeat
+    def heartbeat(self, hb: proto.ContainerHeartbeat, now: int
+                  ) -> tuple[proto.ContainerHeartbeatResponse, list[Instruction]]:
+        """Process one container heartbeat; the response and the instructions it implies."""
+        self.heartbeats += 1
+        response = proto.ContainerHeartbeatResponse(
+            heartbeat_interval_millis=int(self.attr("HEARTBEAT_INTERVAL_MILLIS")))
+        container = self.plan.containers.get(hb.container_id)
+        if container is None or container.state in ("LOST", "RELEASED"):
+            response.shutdown = True
+            return response, []
+        instructions: list[Instruction] = []
+        if container.state != "RUNNING":
+            self.event(now, "container", f"{container.id} running ({hb.jvm_name})")
+        container.state = "RUNNING"
+        container.last_heartbeat_millis = now
+        container.process = hb.jvm_name
+        if hb.buffer_server_port:
+            container.buffer_server = (hb.buffer_server_host, hb.buffer_server_port)
+            container.host = hb.buffer_server_host
+        container.memory_used_mb = hb.memory_mb_used  # type: ignore[attr-defined]
+        reported = set()
+        for ohb in hb.container_stats.operators:
+            reported.add(ohb.node_id)
+            instructions += self._process_operator(container, ohb, response, now)
+        # processOperatorDeployStatus: deployed operators the heartbeat omits leave the plan
+        for op_id in sorted(container.operators):
+            op = self.plan.operators.get(op_id)
+            if op is not None and op.state == OperatorState.ACTIVE and op_id not in reported:
+                self.event(now, "remove", f"operator {op.label} ({op_id}) missing from {container.id}'s heartbeat")
+                self._remove_operator(op, now, reason="missing from heartbeat")
+        instructions += self._update_committed(now)
+        self._process_shutdown_operators(now)
+        if self.state == "RUNNING" and not self.plan.operators:
+            self._finish("SUCCEEDED", "all operators finished", now)
+        self._fill_response(container, response)
+        instructions += self._maybe_finish()
+        return response, instructions
+
+    def _process_operator(self, container: PTContainer, ohb: proto.OperatorHeartbeat,
+                          response: proto.ContainerHeartbeatResponse, now: int) -> list[Instruction]:
+        op = self.plan.operators.get(ohb.node_id)
+        if op is None or op.container != container.id:
+            # an operator the plan does not place here: undeploy it
+            response.undeploy_request.append(ohb.node_id)
+            self.event(now, "undeploy", f"operator {ohb.node_id} reported by {container.id} is not planned there")
+            return []
+        if op.state == OperatorState.SHUTDOWN and ohb.state == proto.OperatorHeartbeat.ACTIVE:
+            return []  # late report from before the shutdown
+        for saved in ohb.saved_checkpoints:
+            if saved not in op.checkpoints and saved > op.recovery_checkpoint:
+                op.checkpoints.append(saved)
+        op.checkpoints.sort()
+        if ohb.current_window_id > op.current_window:
+            op.current_window = ohb.current_window_id
+            op.window_advanced_millis = now
+            self.blocked.discard(op.id)
+        history = self.window_history[op.id]
+        for ws in ohb.window_stats:
+            history.append((ws.window_id, sum(p.tuple_count for p in ws.input_ports),
+                            sum(p.tuple_count for p in ws.output_ports),
+                            max((p.end_window_timestamp for p in ws.output_ports + ws.input_ports), default=now),
+                            ws.cpu_time_used, dict(ws.metrics)))
+        if ohb.state == proto.OperatorHeartbeat.ACTIVE:
+            if op.state in (OperatorState.DEPLOYING, OperatorState.PENDING_DEPLOY):
+                op.window_advanced_millis = now
+            op.state = OperatorState.ACTIVE
+        elif ohb.state == proto.OperatorHeartbeat.SHUTDOWN and op.state != OperatorState.SHUTDOWN:
+            op.state = OperatorState.SHUTDOWN
+            op.shutdown_window = ohb.current_window_id
+            self.shutdown_operators.setdefault(op.shutdown_window, []).append(op.id)
+            self.event(now, "shutdown", f"operator {op.label} ({op.id}) shut down at window "
+                                        f"{_w(op.shutdown_window)}; parked in shutdownOperators")
+        elif ohb.state == proto.OperatorHeartbeat.FAILED and op.state != OperatorState.FAILED:
+            op.state = OperatorState.FAILED
+            op.last_error = ohb.error or op.last_error
+            self.event(now, "failed", f"operator {op.label} ({op.id}) failed: {_last_line(op.last_error)}")
+            return self._recover([container.id], now, f"operator {op.label} failed", kill=True)
+        return []
+
+    def _fill_response(self, container: PTContainer, response: proto.ContainerHeartbeatResponse) -> None:
+        response.committed_window_id = self.committed
+        if self.state != "RUNNING" or container.state == "RELEASED":
+            response.shutdown = True
+            return
+        response.undeploy_request.extend(sorted(self._undeploy.pop(container.id, ())))
+        response.reset_publishers.extend(sorted(self._resets.pop(container.id, ())))
+        response.node_requests.extend(self._node_requests.pop(container.id, []))
+        if container.pending_deploy and self._deployable(container):
+            for op_id in sorted(container.pending_deploy):
+                op = self.plan.operators[op_id]
+                response.deploy_request.append(self.deploy_info(op))
+                op.state = OperatorState.DEPLOYING
+            container.pending_deploy.clear()
+        if not container.operators and container.state == "RUNNING" and self.plan.operators:
+            container.state = "RELEASED"
+            response.shutdown = True
+
+    def _deployable(self, container: PTContainer) -> bool:
+        """All remote upstream buffer servers known (their containers are running)."""
+        for op_id in container.pending_deploy:
+            for inp in self.plan.operators[op_id].inputs:
+                src = self.plan.operators.get(inp.source_id)
+                if src is None or src.container == container.id:
+                    continue
+                upstream = self.plan.containers.get(src.container or "")
+                if upstream is None or upstream.state != "RUNNING" or not upstream.buffer_server \
+                        or src.id in upstream.pending_deploy:
+                    return False
+        return True
+
+    def deploy_info(self, op: PTOperator) -> proto.OperatorDeployInfo:
+        """The deploy request for one operator (its inputs' sources must be placed)."""
+        plan = self.plan
+        op_type = {"INPUT": _OP_TYPE.Value("INPUT"), "GENERIC": _OP_TYPE.Value("GENERIC"),
+                   "UNIFIER": _OP_TYPE.Value("UNIFIER"), "OIO": _OP_TYPE.Value("OIO")}[op.kind]
+        info = proto.OperatorDeployInfo(id=op.id, type=op_type, name=op.name, class_name=op.class_name,
+                                        partition_index=op.partition_index,
+                                        partition_count=op.partition_count)
+        info.checkpoint.window_id = op.recovery_checkpoint
+        for k, v in op.properties.items():
+            info.properties[k] = json.dumps(v)
+        for k, v in op.attributes.items():
+            info.context_attributes[k] = json.dumps(v)
+        token = self.token.encode()
+        for inp in op.inputs:
+            src = plan.operators[inp.source_id]
+            d = info.inputs.add(port_name=inp.port, declared_stream_id=inp.stream,
+                                source_node_id=inp.source_id, source_port_name=inp.source_port)
+            d.stream_codecs[0] = inp.codec
+            if src.container == op.container:
+                d.locality = _LOCALITY["THREAD_LOCAL" if inp.locality == "THREAD_LOCAL" and op.kind == "OIO"
+                                       else "CONTAINER_LOCAL"]
+            else:
+                host, port = plan.containers[src.container].buffer_server or ("", 0)
+                d.buffer_server_host, d.buffer_server_port, d.buffer_server_token = host, port, token
+                d.partition_mask = inp.partition_mask
+                d.partition_keys.extend(inp.partition_keys)
+        for port, stream in op.outputs.items():
+            subscribers = [(d, i) for d in plan.downstream(op.id)
+                           for i in plan.operators[d].inputs if i.source_id == op.id and i.source_port == port]
+            remote = any(plan.operators[d].container != op.container for d, _ in subscribers)
+            out = info.outputs.add(port_name=port, declared_stream_id=stream, remote=remote,
+                                   partition_mask=plan.output_mask(op.id, port))
+            if remote:
+                host, bport = plan.containers[op.container].buffer_server or ("", 0)
+                out.buffer_server_host, out.buffer_server_port, out.buffer_server_token = host, bport, token
+            out.stream_codecs[0] = subscribers[0][1].codec if subscribers else "pickle"
+        return info
+
+    # ------------------------------------------------------------ committed window
+    def _update_committed(self, now: int) -> list[Instruction]:
+        if not self.plan.operators:
+            return []
+        rec = recovery_checkpoints(self.plan, self.initial_window)
+        instructions: list[Instruction] = []
+        for op_id, window in rec.items():
+            op = self.plan.operators[op_id]
+            if window > op.recovery_checkpoint:
+                op.recovery_checkpoint = window
+            old = tuple(c for c in op.checkpoints if c < op.recovery_checkpoint)
+            if old:
+                op.checkpoints = [c for c in op.checkpoints if c >= op.recovery_checkpoint]
+                instructions.append(DeleteCheckpoints(op_id, old))
+        committed = min(op.recovery_checkpoint for op in self.plan.operators.values())
+        if committed > self.committed:
+            self.committed = committed
+        return instructions
+
+    # ------------------------------------------------------------ safe removal
+    def _process_shutdown_operators(self, now: int) -> None:
+        """Remove parked operators once their window is committed and downstream caught up."""
+        for window in sorted(self.shutdown_operators):
+            if window > self.committed:
+                break
+            for op_id in list(self.shutdown_operators[window]):
+                op = self.plan.operators.get(op_id)
+                if op is None:
+                    self.shutdown_operators[window].remove(op_id)
+                    continue
+                if all(self.plan.operators[d].current_window >= window for d in self.plan.downstream(op_id)):
+                    self._remove_terminated_partition(op, now)
+            if not self.shutdown_operators.get(window):
+                self.shutdown_operators.pop(window, None)
+
+    def _remove_terminated_partition(self, op: PTOperator, now: int) -> None:
+        """Remove a shut-down partition, then downstream operators left without inputs."""
+        downstream = self.plan.downstream(op.id)
+        self._remove_operator(op, now, reason=f"shut down at window {_w(op.shutdown_window or 0)}")
+        for d_id in downstream:
+            d = self.plan.operators.get(d_id)
+            if d is None or d.inputs:
+                continue
+            if d.kind == "UNIFIER" or (d.state == OperatorState.SHUTDOWN
+                                       and (d.shutdown_window or 0) <= self.committed):
+                self._remove_terminated_partition(d, now)
+
+    def _remove_operator(self, op: PTOperator, now: int, reason: str) -> None:
+        """removePTOperator: inputs at downstream, itself from its container group."""
+        plan = self.plan
+        for d_id in plan.downstream(op.id):
+            d = plan.operators[d_id]
+            d.inputs = [i for i in d.inputs if i.source_id != op.id]
+        plan.operators.pop(op.id, None)
+        for window, ids in list(self.shutdown_operators.items()):
+            if op.id in ids:
+                ids.remove(op.id)
+            if not ids:
+                self.shutdown_operators.pop(window, None)
+        container = plan.containers.get(op.container or "")
+        if container is not None:
+            container.operators.discard(op.id)
+            container.pending_deploy.discard(op.id)
+            if container.state in ("RUNNING", "PENDING"):
+                self._undeploy[container.id].add(op.id)
+        self.removed.append({"id": op.id, "label": op.label, "window": op.shutdown_window,
+                             "committed": self.committed, "reason": reason, "millis": now})
+        self.event(now, "remove", f"removed operator {op.label} ({op.id}): {reason}; committed window {_w(self.committed)}")
+
+    # ------------------------------------------------------------ failures
+    def container_exited(self, container_id: str, exit_code: int | None, now: int) -> list[Instruction]:
+        """The launcher saw a container process end."""
+        container = self.plan.containers.get(container_id)
+        if container is None:
+            return []
+        if container.state == "RELEASED" or self.state != "RUNNING":
+            container.state = "RELEASED"
+            return self._maybe_finish()
+        if container.state == "LOST":
+            return []
+        return self._recover([container_id], now, f"container {container_id} exited with code {exit_code}")
+
+    def tick(self, now: int) -> list[Instruction]:
+        """Clock events: heartbeat timeouts and blocked operators."""
+        if self.state != "RUNNING":
+            return self._maybe_finish()
+        instructions: list[Instruction] = []
+        timeout = int(self.attr("HEARTBEAT_TIMEOUT_MILLIS"))
+        for container in list(self.plan.containers.values()):
+            if container.state == "RUNNING" and now - container.last_heartbeat_millis > timeout:
+                instructions += self._recover([container.id], now,
+                                              f"no heartbeat from {container.id} for {timeout} ms", kill=True)
+        window_ms = int(self.attr("STREAMING_WINDOW_SIZE_MILLIS"))
+        for op in list(self.plan.operators.values()):
+            limit = int(op.attributes.get("TIMEOUT_WINDOW_COUNT") or self.attr("TIMEOUT_WINDOW_COUNT")) * window_ms
+            if op.state == OperatorState.ACTIVE and op.window_advanced_millis \
+                    and now - op.window_advanced_millis > limit and op.id not in self.blocked:
+                self.blocked.add(op.id)
+                self.event(now, "blocked", f"operator {op.label} ({op.id}) has not finished a window "
+                                           f"for {now - op.window_advanced_millis} ms; restarting its container")
+                instructions += self._recover([op.container], now, f"operator {op.label} blocked", kill=True)
+        return instructions
+
+    def kill_container(self, container_id: str, now: int) -> list[Instruction]:
+        """Administrative kill: the container is lost and recovered."""
+        if container_id not in self.plan.containers:
+            raise UnknownContainer(container_id)
+        return [KillContainer(container_id, "killed by request")]
+
+    def _recover(self, container_ids: list[str | None], now: int, reason: str,
+                 kill: bool = False) -> list[Instruction]:
+        """Redeploy what lost containers held, and what depends on it, from recovery checkpoints."""
+        instructions: list[Instruction] = []
+        lost_ops: set[int] = set()
+        for cid in container_ids:
+            container = self.plan.containers.get(cid or "")
+            if container is None or container.state in ("LOST", "RELEASED"):
+                continue
+            container.state = "LOST"
+            if kill:
+                instructions.append(KillContainer(container.id, reason))
+            lost_ops |= container.operators
+            self.event(now, "lost", f"{container.id}: {reason}")
+        if not lost_ops or self.state != "RUNNING":
+            return instructions + self._maybe_finish()
+        limit = self.attr("RECOVERY_ATTEMPTS")
+        for op_id in sorted(lost_ops):
+            op = self.plan.operators[op_id]
+            op.restarts += 1
+            op_limit = op.attributes.get("RECOVERY_ATTEMPTS", limit)
+            if op_limit is not None and op.restarts > int(op_limit):
+                self._finish("FAILED", f"operator {op.label} ({op.id}) failed {op.restarts} times "
+                                       f"(RECOVERY_ATTEMPTS={op_limit}); last error: "
+                                       f"{op.last_error or reason}", now)
+                return instructions + self._maybe_finish()
+        affected = affected_operators(self.plan, lost_ops)
+        replacements: dict[str, str] = {}
+        for op_id in sorted(affected):
+            op = self.plan.operators[op_id]
+            old = self.plan.containers[op.container]
+            if old.state == "LOST":
+                new_id = replacements.get(old.id)
+                if new_id is None:
+                    new_id = self.plan.new_container_id()
+                    self.plan.containers[new_id] = PTContainer(id=new_id)
+                    replacements[old.id] = new_id
+                self.plan.assign(op_id, new_id)
+            else:
+                # redeploy in place: undeploy now, reset its publishers, deploy again
+                self._undeploy[old.id].add(op_id)
+                self._resets[old.id].update(f"{op_id}.{port}" for port in op.outputs)
+                old.pending_deploy.add(op_id)
+            op.state = OperatorState.PENDING_DEPLOY
+            op.checkpoints = [c for c in op.checkpoints if c <= op.recovery_checkpoint]
+            op.current_window = op.recovery_checkpoint
+            op.window_advanced_millis = 0
+            if op.shutdown_window is not None:
+                for ids in self.shutdown_operators.values():
+                    if op_id in ids:
+                        ids.remove(op_id)
+                op.shutdown_window = None
+        for window in [w for w, ids in self.shutdown_operators.items() if not ids]:
+            self.shutdown_operators.pop(window)
+        for old_id, new_id in replacements.items():
+            self.plan.containers[old_id].operators.clear()
+            self.plan.containers[old_id].pending_deploy.clear()
+            instructions.append(self._launch(self.plan.containers[new_id]))
+            self.event(now, "recover", f"{old_id} replaced by {new_id}")
+        self.event(now, "recover", "redeploying " + ", ".join(
+            f"{self.plan.operators[o].label}@{_w(self.plan.operators[o].recovery_checkpoint)}" for o in sorted(affected)))
+        return instructions
+
+    def report_error(self, container_id: str, operators: list[int], msg: str, now: int) -> list[Instruction]:
+        self.errors.append({"millis": now, "container": container_id, "operators": list(operators), "msg": msg})
+        self.event(now, "error", f"{container_id} {list(operators)}: {_last_line(msg)}")
+        instructions: list[Instruction] = []
+        for op_id in operators:
+            op = self.plan.operators.get(op_id)
+            if op is None:
+                continue
+            op.last_error = msg
+            if op.state == OperatorState.DEPLOYING:  # the deploy itself failed
+                op.state = OperatorState.FAILED
+                instructions += self._recover([op.container], now, f"deploy of {op.label} failed", kill=True)
+        return instructions
+
+    # ------------------------------------------------------------ ending
+    def request_shutdown(self, now: int) -> None:
+        """Graceful end: ask every input operator to end its stream."""
+        self.shutdown_requested = True
+        for op in self.plan.operators.values():
+            if op.kind == "INPUT" and op.container:
+                self._node_requests[op.container].append(proto.StramToNodeRequest(
+                    operator_id=op.id, request_type=proto.StramToNodeRequest.SHUTDOWN_OPERATOR))
+        self.event(now, "shutdown", "shutdown requested: ending the input operators' streams")
+
+    def kill(self, now: int) -> list[Instruction]:
+        self._finish("KILLED", "killed by request", now)
+        return [KillContainer(c.id, "application killed") for c in self.plan.containers.values()
+                if c.state in ("PENDING", "RUNNING")] + self._maybe_finish(force=True)
+
+    def _finish(self, state: str, diagnostics: str, now: int) -> None:
+        if self.state != "RUNNING":
+            return
+        self.state = state
+        self.diagnostics = diagnostics
+        self.finished_millis = now
+        self.event(now, "finish", f"application {state}: {diagnostics}")
+
+    def _maybe_finish(self, force: bool = False) -> list[Instruction]:
+        """Once the application ended and no container is left running: Finish."""
+        if self.state == "RUNNING" or getattr(self, "_finish_sent", False):
+            return []
+        alive = [c for c in self.plan.containers.values() if c.state in ("PENDING", "RUNNING")]
+        if alive and not force:
+            return []
+        self._finish_sent = True
+        return [Finish(self.state, self.diagnostics)]
+
+    def containers_to_stop(self) -> list[str]:
+        """After the application ended: containers still running."""
+        return [c.id for c in self.plan.containers.values() if c.state in ("PENDING", "RUNNING")]
+
+    # ------------------------------------------------------------ reporting
+    def throughput(self, op_id: int) -> float:
+        history = self.window_history.get(op_id)
+        if not history or len(history) < 2:
+            return 0.0
+        span = (history[-1][3] - history[0][3]) / 1000
+        tuples = sum(h[2] if h[2] else h[1] for h in list(history)[1:])
+        return tuples / span if span > 0 else 0.0
+
+    def validate_state(self) -> None:
+        """Invariants; tests call this after every step."""
+        ops = self.plan.operators
+        for op in ops.values():
+            assert self.committed <= op.recovery_checkpoint or op.state == OperatorState.PENDING_DEPLOY \
+                or op.recovery_checkpoint == self.initial_window, (op.id, self.committed, op.recovery_checkpoint)
+            holders = [c.id for c in self.plan.containers.values() if op.id in c.operators]
+            assert holders == [op.container], (op.id, holders, op.container)
+        for window, ids in self.shutdown_operators.items():
+            for op_id in ids:
+                assert op_id in ops and ops[op_id].state == OperatorState.SHUTDOWN, (window, op_id)
+                downstream_ready = all(ops[d].current_window >= window for d in self.plan.downstream(op_id))
+                assert not (window <= self.committed and downstream_ready), \
+                    f"operator {op_id} parked past its removal (window {window}, committed {self.committed})"
+
+    def info(self) -> dict[str, Any]:
+        """What ``get-app-info`` shows."""
+        ops = self.plan.operators
+        return {
+            "id": self.app_id, "name": self.spec.name, "state": self.state, "diagnostics": self.diagnostics,
+            "app_path": self.app_path, "started_millis": self.started_millis,
+            "finished_millis": self.finished_millis,
+            "committed_window": self.committed, "committed_window_hex": _w(self.committed),
+            "containers": len([c for c in self.plan.containers.values() if c.state in ("PENDING", "RUNNING")]),
+            "operators": len(ops),
+            "throughput": {op.label: round(self.throughput(op.id), 1) for op in ops.values()},
+            "recovery_checkpoints": {op.label: op.recovery_checkpoint for op in ops.values()},
+            "restarts": {op.label: op.restarts for op in ops.values() if op.restarts},
+            "blocked": sorted(ops[o].label for o in self.blocked if o in ops),
+            "shutdown_operators": {_w(w): [ops[o].label if o in ops else o for o in ids]
+                                   for w, ids in sorted(self.shutdown_operators.items())},
+            "removed": list(self.removed[-50:]),
+            "errors": list(self.errors)[-20:],
+            "events": [{"millis": e.millis, "kind": e.kind, "text": e.text} for e in list(self.events)[-50:]],
+        }
+
+    def operator_rows(self) -> list[dict[str, Any]]:
+        rows = []
+        for op in self.plan.operators.values():
+            history = self.window_history.get(op.id) or []
+            last = history[-1] if history else None
+            rows.append({"id": op.id, "name": op.name, "label": op.label, "kind": op.kind,
+                         "container": op.container, "state": op.state.value,
+                         "current_window": op.current_window, "recovery_checkpoint": op.recovery_checkpoint,
+                         "tuples_per_sec": round(self.throughput(op.id), 1),
+                         "last_window_tuples": [last[1], last[2]] if last else [0, 0],
+                         "metrics": last[5] if last else {},
+                         "restarts": op.restarts, "last_error": _last_line(op.last_error)})
+        return rows
+
+    def container_rows(self) -> list[dict[str, Any]]:
+        return [{"id": c.id, "state": c.state, "host": c.host, "process": c.process,
+                 "buffer_server": f"{c.buffer_server[0]}:{c.buffer_server[1]}" if c.buffer_server else "",
+                 "operators": sorted(self.plan.operators[o].label for o in c.operators if o in self.plan.operators),
+                 "memory_mb_used": getattr(c, "memory_used_mb", 0),
+                 "last_heartbeat_millis": c.last_heartbeat_millis}
+                for c in self.plan.containers.values()]
+
+
+_DAG_ATTRIBUTES = (
+    "STREAMING_WINDOW_SIZE_MILLIS", "HEARTBEAT_INTERVAL_MILLIS", "HEARTBEAT_TIMEOUT_MILLIS",
+    "CHECKPOINT_WINDOW_COUNT", "TIMEOUT_WINDOW_COUNT", "PROCESSING_MODE", "RECOVERY_ATTEMPTS",
+    "BUFFER_MEMORY_MB", "BUFFER_SPOOLING", "CONTAINERS_MAX_COUNT", "CONTAINER_MEMORY_MB",
+    "BLOCK_INTERVAL_MILLIS", "RECEIVER_WAL", "RECEIVER_MAX_RESTARTS", "DEBUG",
+)
+
+
+def _w(window: int) -> str:
+    """A window id as Apex prints it."""
+    return f"{window & 0xFFFFFFFFFFFFFFFF:x}"
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in (text or "").strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""

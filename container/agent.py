@@ -1,0 +1,371 @@
+"""The container agent: finds the master, heartbeats, deploys and runs operators.
+
+Started as ``python -m container`` with ``STRAM_CONTAINER_ID``,
+``STRAM_APP_PATH`` and ``STRAM_TOKEN`` in its environment (the launcher sets
+them). It reads the master's address from ``APP_PATH/heartbeatUri``, calls
+``GetInitContext``, starts its buffer server, and then heartbeats at the
+interval the master gives, carrying out the instructions in each response.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import os
+import pickle
+import socket
+import threading
+import time
+from typing import Any
+
+import grpc
+import psutil
+
+import proto
+from container import fs
+from container.bufferserver import BufferServer, MessageType, Subscriber
+from container.codec import get_codec
+from container.engine import (BEGIN_WINDOW, CHECKPOINT, DATA, END_STREAM, END_WINDOW,
+                              DirectSink, Node, NodeState, PublisherSink, QueueSink, load_class)
+from container.operator import OperatorContext
+
+log = logging.getLogger("container.agent")
+
+_LOCALITY = {proto.THREAD_LOCAL: "THREAD_LOCAL", proto.CONTAINER_LOCAL: "CONTAINER_LOCAL"}
+_KIND = {v: k for k, v in proto.OperatorDeployInfo.OperatorType.items()}
+_CONTROL = {MessageType.BEGIN_WINDOW: BEGIN_WINDOW, MessageType.END_WINDOW: END_WINDOW,
+            MessageType.CHECKPOINT: CHECKPOINT}
+
+
+class MasterGone(Exception):
+    """The master could not be reached for longer than the heartbeat timeout."""
+
+
+class Umbilical:
+    """The agent's client of the master; re-reads heartbeatUri when the master moves."""
+
+    def __init__(self, app_path: str, token: str, timeout: float = 10.0) -> None:
+        self.app_path = app_path
+        self.metadata = ((proto.TOKEN_METADATA_KEY, token),)
+        self.timeout = timeout
+        self.address = ""
+        self.channel: grpc.Channel | None = None
+        self.stub: proto.StreamingContainerUmbilicalStub | None = None
+
+    def connect(self, wait: float = 120.0) -> None:
+        """Read ``APP_PATH/heartbeatUri`` (retrying with backoff) and open a channel."""
+        uri = fs.join(self.app_path, "heartbeatUri")
+        deadline = time.monotonic() + wait
+        delay = 0.05
+        while True:
+            try:
+                address = fs.read_bytes(uri).decode().strip()
+                break
+            except (FileNotFoundError, OSError):
+                if time.monotonic() > deadline:
+                    raise MasterGone(f"no master address at {uri} after {wait:.0f}s")
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+        if address != self.address or self.channel is None:
+            if self.channel is not None:
+                self.channel.close()
+            self.address = address
+            self.channel = grpc.insecure_channel(address)
+            self.stub = proto.StreamingContainerUmbilicalStub(self.channel)
+
+    def call(self, method: str, request: Any) -> Any:
+        return getattr(self.stub, method)(request, metadata=self.metadata, timeout=self.timeout)
+
+
+class Agent:
+    """Runs the operators the master deploys to this container."""
+
+    def __init__(self, container_id: str, app_path: str, token: str,
+                 host: str | None = None, work_dir: str | None = None) -> None:
+        self.container_id = container_id
+        self.app_path = app_path
+        self.token = token
+        self.host = host or os.environ.get("STRAM_HOST") or socket.gethostname()
+        self.work_dir = work_dir or os.path.join(os.getcwd(), f"work-{container_id}")
+        self.umbilical = Umbilical(app_path, token)
+        self.nodes: dict[int, Node] = {}
+        #: Operators that shut down: kept for committed() until undeployed.
+        self.finished: dict[int, Node] = {}
+        self.reported_final: set[int] = set()
+        self.committed = -1
+        self.buffer_server: BufferServer | None = None
+        self.buffer_address = ("", 0)
+        self.context: proto.StreamingContainerContext | None = None
+        self.interval = 1.0
+        self._stop = threading.Event()
+        self._errors: list[tuple[list[int], str]] = []
+        self._lock = threading.Lock()
+        self._process = psutil.Process()
+
+    # ------------------------------------------------------------ main loop
+    def run(self) -> int:
+        self.umbilical.connect()
+        self.context = self._call_with_retry("GetInitContext",
+                                             proto.InitContextRequest(container_id=self.container_id))
+        ctx = self.context
+        self.interval = ctx.heartbeat_interval_millis / 1000
+        os.makedirs(self.work_dir, exist_ok=True)
+        if ctx.deploy_buffer_server:
+            attrs = ctx.attributes
+            spool = os.path.join(self.work_dir, "spool") if json.loads(attrs.get("BUFFER_SPOOLING", "true")) else None
+            bind = "127.0.0.1" if self.host in ("127.0.0.1", "localhost") else "0.0.0.0"
+            self.buffer_server = BufferServer(
+                token=ctx.buffer_server_token, host=bind, port=0,
+                memory_limit_mb=float(json.loads(attrs.get("BUFFER_MEMORY_MB", "64"))), spool_dir=spool)
+            _, port = self.buffer_server.start()
+            self.buffer_address = (self.host, port)
+        self.log(f"container {self.container_id} started (pid {os.getpid()}, buffer server "
+                 f"{self.buffer_address[0]}:{self.buffer_address[1]})")
+        try:
+            while not self._stop.is_set():
+                started = time.monotonic()
+                response = self._call_with_retry("ProcessHeartbeat", self._heartbeat())
+                if self._apply(response):
+                    break
+                self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+        finally:
+            self.shutdown()
+        return 0
+
+    def _call_with_retry(self, method: str, request: Any) -> Any:
+        """Call the master; on failure re-read heartbeatUri (a new master attempt) and retry."""
+        timeout_ms = 30000
+        if self.context is not None:
+            timeout_ms = int(json.loads(self.context.attributes.get("HEARTBEAT_TIMEOUT_MILLIS", "30000")))
+        deadline = time.monotonic() + max(timeout_ms / 1000, 10.0) * 2
+        delay = 0.1
+        while True:
+            try:
+                return self.umbilical.call(method, request)
+            except grpc.RpcError as exc:
+                code = exc.code()
+                if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.INVALID_ARGUMENT):
+                    raise MasterGone(f"master refused {method}: {exc.details()}") from None
+                if time.monotonic() > deadline:
+                    raise MasterGone(f"master unreachable for {method}: {exc.details()}") from None
+                log.warning("%s failed (%s); retrying", method, code.name)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                try:
+                    self.umbilical.connect(wait=5.0)
+                except MasterGone:
+                    pass
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def log(self, msg: str, level: str = "INFO") -> None:
+        log.log(getattr(logging, level, logging.INFO), msg)
+        try:
+            self.umbilical.call("Log", proto.LogRequest(container_id=self.container_id, msg=msg, level=level))
+        except grpc.RpcError:
+            pass
+
+    def report_error(self, operators: list[int], msg: str) -> None:
+        try:
+            self.umbilical.call("ReportError", proto.ReportErrorRequest(
+                container_id=self.container_id, operators=operators, msg=msg))
+        except grpc.RpcError:
+            log.warning("could not report error for %s", operators)
+
+    # ------------------------------------------------------------ heartbeat
+    def _heartbeat(self) -> proto.ContainerHeartbeat:
+        now = int(time.time() * 1000)
+        stats = proto.ContainerStats(container_id=self.container_id)
+        for node in list(self.nodes.values()):
+            stats.operators.append(self._operator_heartbeat(node, now))
+        mem = psutil.virtual_memory()
+        return proto.ContainerHeartbeat(
+            container_id=self.container_id,
+            buffer_server_host=self.buffer_address[0], buffer_server_port=self.buffer_address[1],
+            jvm_name=f"{os.getpid()}@{socket.gethostname()}",
+            memory_mb_free=mem.available // (1 << 20),
+            memory_mb_used=self._process.memory_info().rss // (1 << 20),
+            gc_collection_count=sum(s["collections"] for s in gc.get_stats()),
+            container_stats=stats, sent_millis=now)
+
+    def _operator_heartbeat(self, node: Node, now: int) -> proto.OperatorHeartbeat:
+        hb = proto.OperatorHeartbeat(node_id=node.id, generated_tms=now,
+                                     interval_ms=int(self.interval * 1000),
+                                     state=getattr(proto.OperatorHeartbeat, node.state))
+        while node.stats:
+            ws = node.stats.popleft()
+            stats = hb.window_stats.add(window_id=ws.window_id, cpu_time_used=ws.cpu_nanos)
+            stats.checkpoint.window_id = ws.checkpoint
+            for port, n in ws.input_counts.items():
+                stats.input_ports.add(id=port, tuple_count=n, end_window_timestamp=ws.end_window_timestamp,
+                                      queue_size=ws.queue_size)
+            for port, n in ws.output_counts.items():
+                stats.output_ports.add(id=port, tuple_count=n, end_window_timestamp=ws.end_window_timestamp,
+                                       buffer_server_bytes=ws.buffer_server_bytes.get(port, 0))
+            if ws.checkpoint_start:
+                stats.checkpoint_stats.checkpoint_time_millis = ws.checkpoint_millis
+                stats.checkpoint_stats.checkpoint_start_time = ws.checkpoint_start
+                stats.checkpoint_stats.checkpoint_size = ws.checkpoint_size
+            for k, v in ws.metrics.items():
+                stats.metrics[k] = json.dumps(v, default=str)
+        hb.current_window_id = node.current_window
+        while node.saved_checkpoints:
+            hb.saved_checkpoints.append(node.saved_checkpoints.pop(0))
+        if node.state == NodeState.FAILED:
+            hb.error = node.error
+        return hb
+
+    def _on_state_change(self, node: Node) -> None:
+        if node.state == NodeState.FAILED:
+            self.report_error([node.id], node.error)
+
+    # ------------------------------------------------------------ responses
+    def _apply(self, r: proto.ContainerHeartbeatResponse) -> bool:
+        """Carry out a heartbeat response; True when the container should exit."""
+        if r.heartbeat_interval_millis:
+            self.interval = r.heartbeat_interval_millis / 1000
+        # Reported SHUTDOWN once: from now on the operator is not reported.
+        for node in list(self.nodes.values()):
+            if node.state == NodeState.SHUTDOWN:
+                self.finished[node.id] = self.nodes.pop(node.id)
+        if r.committed_window_id > self.committed:
+            self.committed = r.committed_window_id
+            for node in self.nodes.values():
+                if not node.inline:
+                    node.requests.append(("committed", self.committed))
+                else:
+                    node.requests.append(("committed", self.committed))
+            for node in self.finished.values():
+                self._safe(node, node.operator.committed, self.committed)
+            if self.buffer_server is not None:
+                self.buffer_server.purge("", self.committed - 1)
+        for pub in r.reset_publishers:
+            if self.buffer_server is not None:
+                self.buffer_server.reset(pub)
+        for op_id in r.undeploy_request:
+            self._undeploy(op_id)
+        if r.deploy_request:
+            self._deploy(list(r.deploy_request))
+        for req in r.node_requests:
+            node = self.nodes.get(req.operator_id)
+            if node is not None and req.request_type == proto.StramToNodeRequest.SHUTDOWN_OPERATOR:
+                node.requests.append(("shutdown", None))
+        return r.shutdown
+
+    def _safe(self, node: Node, fn: Any, *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception as exc:  # noqa: BLE001
+            log.exception("operator %s: %s failed", node.id, getattr(fn, "__name__", fn))
+            self.report_error([node.id], f"{getattr(fn, '__name__', fn)}: {exc!r}")
+
+    def _undeploy(self, op_id: int) -> None:
+        node = self.nodes.pop(op_id, None) or self.finished.pop(op_id, None)
+        if node is None:
+            return
+        node.stop()
+        self.log(f"undeployed operator {op_id} ({node.name})")
+
+    def shutdown(self) -> None:
+        for op_id in list(self.nodes) + list(self.finished):
+            self._undeploy(op_id)
+        if self.buffer_server is not None:
+            self.buffer_server.stop()
+            self.buffer_server = None
+
+    # ------------------------------------------------------------ deploy
+    def _deploy(self, infos: list[proto.OperatorDeployInfo]) -> None:
+        ctx = self.context
+        assert ctx is not None
+        created: list[Node] = []
+        for info in infos:
+            try:
+                created.append(self._create(info))
+            except Exception as exc:  # noqa: BLE001 - operator construction is user code
+                import traceback
+                msg = f"deploy of operator {info.id} ({info.name}) failed: " + "".join(
+                    traceback.format_exception(exc)).strip()
+                log.error(msg)
+                self.report_error([info.id], msg)
+                return
+        for node, info in zip(created, infos):
+            self.nodes[node.id] = node
+        for node, info in zip(created, infos):
+            self._wire(node, info)
+        for node in sorted(created, key=lambda n: not n.inline):
+            node.start()
+        self.log("deployed " + ", ".join(f"{n.id} ({n.name}) from window {n.current_window:x}"
+                                         for n in created))
+
+    def _create(self, info: proto.OperatorDeployInfo) -> Node:
+        ctx = self.context
+        cls = load_class(info.class_name)
+        operator = cls()
+        for key, value in info.properties.items():
+            setattr(operator, key, json.loads(value))
+        attrs = {k: json.loads(v) for k, v in info.context_attributes.items()}
+        checkpoint = info.checkpoint.window_id
+        start = ((ctx.start_window_millis // 1000) << 32) - 1
+        if checkpoint > start:
+            data = fs.read_bytes(fs.join(self.app_path, "checkpoints", str(info.id), str(checkpoint)))
+            operator.set_state(pickle.loads(data))
+        else:
+            checkpoint = start if checkpoint < start else checkpoint
+        count = int(attrs.get("CHECKPOINT_WINDOW_COUNT", ctx.checkpoint_window_count))
+        context = OperatorContext(
+            id=info.id, name=info.name, partition_index=info.partition_index,
+            partition_count=max(info.partition_count, 1), attributes=attrs,
+            app_path=self.app_path, app_id=ctx.app_id, work_dir=self.work_dir,
+            checkpoint_window=checkpoint, streaming_window_size_millis=ctx.streaming_window_size_millis,
+            log=lambda msg, _id=info.id: self.log(f"operator {_id}: {msg}"))
+        node = Node(info.id, info.name, operator, context, _KIND[info.type], checkpoint, count,
+                    fs.join(self.app_path, "checkpoints"),
+                    exactly_once=attrs.get("PROCESSING_MODE") == "EXACTLY_ONCE")
+        node.inline = info.type == proto.OperatorDeployInfo.OIO
+        node.on_state_change = self._on_state_change
+        return node
+
+    def _wire(self, node: Node, info: proto.OperatorDeployInfo) -> None:
+        for inp in info.inputs:
+            src = node.add_source(inp.port_name)
+            locality = _LOCALITY.get(inp.locality)
+            upstream = self.nodes.get(inp.source_node_id) if locality else None
+            if upstream is not None:
+                out = upstream.outputs[inp.source_port_name]
+                if locality == "THREAD_LOCAL" and node.inline:
+                    out.add_direct(node.handlers[src], DirectSink(node, src))
+                else:
+                    out.add_sink(QueueSink(node, src))
+                continue
+            codec = get_codec(inp.stream_codecs.get(0, "pickle"))
+            sub = Subscriber(inp.buffer_server_host, inp.buffer_server_port, inp.buffer_server_token,
+                             f"{inp.source_node_id}.{inp.source_port_name}", node.current_window + 1,
+                             mask=inp.partition_mask, keys=list(inp.partition_keys))
+            node.remote_inputs.append(sub)
+            threading.Thread(target=_feed, args=(sub, node, src, codec), daemon=True,
+                             name=f"sub-{node.id}-{inp.source_node_id}").start()
+        for out in info.outputs:
+            if out.remote and self.buffer_server is not None:
+                publisher = self.buffer_server.publisher(f"{node.id}.{out.port_name}", node.current_window + 1)
+                node.outputs[out.port_name].add_sink(
+                    PublisherSink(publisher, out.stream_codecs.get(0, "pickle"), out.partition_mask))
+
+
+def _feed(sub: Subscriber, node: Node, src: int, codec: Any) -> None:
+    """Move a subscription's messages onto a node's queue (blocking: backpressure)."""
+    decode = codec.decode
+    put = node.put
+    try:
+        for kind, value in sub.messages():
+            if kind == MessageType.PAYLOAD:
+                put(src, DATA, decode(value[1]))
+            elif kind in _CONTROL:
+                put(src, _CONTROL[kind], value)
+            elif kind == MessageType.END_STREAM:
+                put(src, END_STREAM, None)
+                return
+    except Exception:  # noqa: BLE001
+        if not node._stop:
+            log.exception("subscription of operator %s failed", node.id)

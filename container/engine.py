@@ -1,0 +1,542 @@
+"""Runs deployed operators: window generation, window alignment, streams, checkpoints.
+
+Each deployed operator is a :class:`Node`. Input operators and operators with
+queued or remote inputs run on their own thread; an operator whose inputs are
+all THREAD_LOCAL runs on its upstream's thread (direct calls). Data moves in
+batches: an output port's ``emit`` is a ``list.append`` and the batch is
+flushed between operator calls to every sink of the port:
+
+* THREAD_LOCAL: the downstream's tuple handler is called directly;
+* CONTAINER_LOCAL (or any upstream in the same container): the batch goes on
+  the downstream node's bounded queue (never encoded);
+* remote: the batch is encoded by the stream codec and published to this
+  container's buffer server, from which downstream containers subscribe.
+
+Control messages (BEGIN_WINDOW, END_WINDOW, CHECKPOINT, END_STREAM) travel in
+band; a node with several sources begins window w after BEGIN_WINDOW w from
+all of them and ends it after END_WINDOW w from all of them.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import pickle
+import queue
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from container import fs
+from container.codec import get_codec
+from container.operator import (InputOperator, Operator, OperatorContext, ShutdownException,
+                                input_ports, output_ports)
+from container.partition import default_key, partition_hash
+
+log = logging.getLogger("container.engine")
+
+# Message kinds on node queues and in sinks.
+DATA, BEGIN_WINDOW, END_WINDOW, CHECKPOINT, END_STREAM = range(5)
+KIND_NAMES = {DATA: "DATA", BEGIN_WINDOW: "BEGIN_WINDOW", END_WINDOW: "END_WINDOW",
+              CHECKPOINT: "CHECKPOINT", END_STREAM: "END_STREAM"}
+
+#: Tuples per batch before an output port is flushed mid-window.
+BATCH_SIZE = 1024
+#: Bound of a node's input queue, in messages (batches or control tuples).
+QUEUE_CAPACITY = 256
+
+
+def window_index(window_id: int) -> int:
+    return window_id & 0xFFFFFFFF
+
+
+def window_millis(window_id: int, window_size: int) -> int:
+    """Nominal start time of a window."""
+    return (window_id >> 32) * 1000 + window_index(window_id) * window_size
+
+
+def is_checkpoint_window(window_id: int, count: int) -> bool:
+    return (window_index(window_id) + 1) % max(count, 1) == 0
+
+
+def load_class(class_name: str) -> type:
+    import importlib
+    module, _, name = class_name.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+# ---------------------------------------------------------------- sinks
+
+class Sink:
+    """Receives an output port's batches and control tuples."""
+
+    def data(self, batch: list) -> None:
+        raise NotImplementedError
+
+    def control(self, kind: int, window_id: int) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class QueueSink(Sink):
+    """CONTAINER_LOCAL: hands batches to a downstream node's queue, unencoded."""
+
+    def __init__(self, node: "Node", source_index: int) -> None:
+        self.node = node
+        self.src = source_index
+
+    def data(self, batch: list) -> None:
+        self.node.put(self.src, DATA, batch)
+
+    def control(self, kind: int, window_id: int) -> None:
+        self.node.put(self.src, kind, window_id)
+
+
+class DirectSink(Sink):
+    """THREAD_LOCAL control path: control tuples go straight to the downstream node."""
+
+    def __init__(self, node: "Node", source_index: int) -> None:
+        self.node = node
+        self.src = source_index
+
+    def data(self, batch: list) -> None:  # only used when a port mixes sink kinds
+        handler = self.node.handlers[self.src]
+        for t in batch:
+            handler(t)
+
+    def control(self, kind: int, window_id: int) -> None:
+        self.node.on_message(self.src, kind, window_id)
+
+
+class PublisherSink(Sink):
+    """Remote subscribers: encode and publish to this container's buffer server."""
+
+    def __init__(self, publisher: Any, codec_name: str, mask: int,
+                 key: Callable[[Any], Any] = default_key) -> None:
+        self.publisher = publisher
+        self.codec = get_codec(codec_name)
+        self.mask = mask
+        self.key = key
+        self.bytes = 0
+
+    def data(self, batch: list) -> None:
+        encode = self.codec.encode
+        if not self.mask:
+            payload = encode(batch)
+            self.bytes += len(payload)
+            self.publisher.payload(0, payload)
+            return
+        mask, key = self.mask, self.key
+        groups: dict[int, list] = collections.defaultdict(list)
+        for t in batch:
+            groups[partition_hash(key(t)) & mask].append(t)
+        for tag, tuples in groups.items():
+            payload = encode(tuples)
+            self.bytes += len(payload)
+            self.publisher.payload(tag, payload)
+
+    def control(self, kind: int, window_id: int) -> None:
+        p = self.publisher
+        if kind == BEGIN_WINDOW:
+            p.begin_window(window_id)
+        elif kind == END_WINDOW:
+            p.end_window(window_id)
+        elif kind == CHECKPOINT:
+            p.checkpoint(window_id)
+        elif kind == END_STREAM:
+            p.end_stream()
+
+
+class PortOutput:
+    """Runtime side of an output port: the current batch and the sinks."""
+
+    def __init__(self, name: str, bound_port: Any) -> None:
+        self.name = name
+        self.port = bound_port
+        self.sinks: list[Sink] = []
+        self.direct: list[Callable[[Any], None]] = []  # THREAD_LOCAL handlers
+        self.controls: list[Sink] = []  # THREAD_LOCAL control paths
+        self.batch: list = []
+        self.tuples = 0  # tuples flushed in the current window
+        self._bind()
+
+    def _bind(self) -> None:
+        batch_sinks = self.sinks
+        if self.direct and not batch_sinks and len(self.direct) == 1:
+            self.port.emit = self.direct[0]
+        elif self.direct:
+            handlers = list(self.direct)
+            append = self.batch.append
+
+            def emit(t: Any) -> None:
+                for h in handlers:
+                    h(t)
+                if batch_sinks:
+                    append(t)
+            self.port.emit = emit
+        else:
+            self.port.emit = self.batch.append
+
+    def add_sink(self, sink: Sink) -> None:
+        self.sinks.append(sink)
+        self._bind()
+
+    def add_direct(self, handler: Callable[[Any], None], control: Sink) -> None:
+        self.direct.append(handler)
+        self.controls.append(control)
+        self._bind()
+
+    def flush(self) -> None:
+        batch = self.batch
+        if batch:
+            self.tuples += len(batch)
+            self.batch = []
+            self._bind()
+            for sink in self.sinks:
+                sink.data(batch)
+
+    def control(self, kind: int, window_id: int) -> None:
+        self.flush()
+        for sink in self.sinks:
+            sink.control(kind, window_id)
+        for sink in self.controls:
+            sink.control(kind, window_id)
+
+
+# ---------------------------------------------------------------- nodes
+
+@dataclass
+class WindowStats:
+    window_id: int
+    checkpoint: int
+    input_counts: dict[str, int]
+    output_counts: dict[str, int]
+    end_window_timestamp: int
+    cpu_nanos: int
+    queue_size: int
+    checkpoint_millis: int = 0
+    checkpoint_start: int = 0
+    checkpoint_size: int = 0
+    metrics: dict[str, Any] = field(default_factory=dict)
+    buffer_server_bytes: dict[str, int] = field(default_factory=dict)
+
+
+class NodeState:
+    ACTIVE = "ACTIVE"
+    SHUTDOWN = "SHUTDOWN"
+    FAILED = "FAILED"
+
+
+class Node:
+    """One deployed physical operator."""
+
+    def __init__(self, op_id: int, name: str, operator: Operator, context: OperatorContext,
+                 kind: str, checkpoint_window: int, checkpoint_count: int,
+                 checkpoint_dir: str | None, exactly_once: bool = False) -> None:
+        self.id = op_id
+        self.name = name
+        self.operator = operator
+        self.context = context
+        self.kind = kind
+        self.checkpoint_count = checkpoint_count
+        self.checkpoint_dir = checkpoint_dir
+        self.exactly_once = exactly_once
+        self.outputs: dict[str, PortOutput] = {
+            name: PortOutput(name, getattr(operator, name)) for name in output_ports(type(operator))}
+        #: per source index: tuple handler and port name
+        self.handlers: list[Callable[[Any], None]] = []
+        self.source_ports: list[str] = []
+        self.queue: queue.Queue = queue.Queue(QUEUE_CAPACITY)
+        self.state = NodeState.ACTIVE
+        self.error = ""
+        #: last window finished (end_window done)
+        self.current_window = checkpoint_window
+        self.last_checkpoint = checkpoint_window
+        self.saved_checkpoints: list[int] = []
+        self.stats: collections.deque[WindowStats] = collections.deque(maxlen=1000)
+        self.requests: collections.deque[tuple[str, Any]] = collections.deque()
+        self.thread: threading.Thread | None = None
+        self.inline = False  # runs on its upstream's thread
+        self.stopped = threading.Event()
+        self._stop = False
+        self.on_state_change: Callable[["Node"], None] = lambda node: None
+        self.remote_inputs: list[Any] = []  # Subscriber threads feeding this node
+        # window alignment
+        self._active_sources: set[int] = set()
+        self._begun: set[int] = set()
+        self._ended: set[int] = set()
+        self._blocked: set[int] = set()
+        self._backlog: dict[int, collections.deque] = {}
+        self._in_window = False
+        self._window = checkpoint_window
+        self._next_window = checkpoint_window + 1
+        self._in_counts: dict[str, int] = {}
+        self._cpu_start = 0
+        self._metrics: dict[str, Any] = {}
+        context.set_metric = self._metrics.__setitem__
+
+    # -- wiring -------------------------------------------------------------
+    def add_source(self, port: str) -> int:
+        """Register an upstream source feeding ``port``; returns its index."""
+        handler_name = input_ports(type(self.operator))[port].handler_name
+        handler = getattr(self.operator, handler_name, None)
+        if handler is None:
+            generic = getattr(self.operator, "process", None)
+            if generic is None:
+                raise TypeError(f"{type(self.operator).__name__} has no method {handler_name}() "
+                                f"for its input port '{port}'")
+            handler = lambda t, _g=generic, _p=port: _g(_p, t)  # noqa: E731
+        idx = len(self.handlers)
+        self.handlers.append(handler)
+        self.source_ports.append(port)
+        self._active_sources.add(idx)
+        self._backlog[idx] = collections.deque()
+        self._in_counts.setdefault(port, 0)
+        return idx
+
+    def put(self, src: int, kind: int, value: Any) -> None:
+        """Deliver a message from source ``src`` (blocks when the queue is full)."""
+        self.queue.put((src, kind, value))
+
+    # -- lifecycle ----------------------------------------------------------
+    def start(self) -> None:
+        if self.inline:
+            self._setup()
+            return
+        target = self._run_input if self.kind == "INPUT" else self._run_generic
+        self.thread = threading.Thread(target=self._guard, args=(target,), daemon=True,
+                                       name=f"op-{self.id}-{self.name}")
+        self.thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop = True
+        if self.thread is not None:
+            try:
+                self.queue.put_nowait((-1, END_STREAM, None))
+            except queue.Full:
+                pass
+            self.thread.join(timeout)
+        for sub in self.remote_inputs:
+            sub.close()
+        self._teardown()
+
+    def _setup(self) -> None:
+        self.operator.setup(self.context)
+
+    def _teardown(self) -> None:
+        if getattr(self, "_torn_down", False):
+            return
+        self._torn_down = True
+        try:
+            self.operator.teardown()
+        except Exception:  # noqa: BLE001 - teardown errors are logged, not fatal
+            log.exception("teardown of operator %s failed", self.id)
+
+    def _guard(self, target: Callable[[], None]) -> None:
+        try:
+            self._setup()
+            target()
+        except ShutdownException:
+            self._shutdown()
+        except Exception as exc:  # noqa: BLE001 - operator code may raise anything
+            self._fail(exc)
+        finally:
+            self.stopped.set()
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._stop:
+            return
+        self.error = "".join(traceback.format_exception(exc)).strip()
+        log.error("operator %s (%s) failed: %s", self.id, self.name, self.error)
+        self.state = NodeState.FAILED
+        self.on_state_change(self)
+
+    def _shutdown(self) -> None:
+        """End the operator: finish its window, final checkpoint, END_STREAM downstream."""
+        if self._in_window:
+            try:
+                self._end_window()
+            except ShutdownException:
+                pass
+        self._in_window = False
+        if self.last_checkpoint < self.current_window:
+            self._checkpoint(self.current_window)
+        for out in self.outputs.values():
+            out.control(END_STREAM, self.current_window)
+        self.state = NodeState.SHUTDOWN
+        log.info("operator %s (%s) shut down at window %x", self.id, self.name, self.current_window)
+        self.on_state_change(self)
+
+    # -- window steps --------------------------------------------------------
+    def _begin_window(self, window_id: int) -> None:
+        self._window = window_id
+        self._in_window = True
+        self._cpu_start = time.thread_time_ns()
+        for port in self._in_counts:
+            self._in_counts[port] = 0
+        for out in self.outputs.values():
+            out.tuples = 0
+            out.control(BEGIN_WINDOW, window_id)
+        self.operator.begin_window(window_id)
+
+    def _end_window(self) -> None:
+        window_id = self._window
+        self._in_window = False
+        self.operator.end_window()
+        for out in self.outputs.values():
+            out.control(END_WINDOW, window_id)
+        self.current_window = window_id
+        ckpt = (0, 0, 0)
+        if is_checkpoint_window(window_id, self.checkpoint_count):
+            ckpt = self._checkpoint(window_id)
+            for out in self.outputs.values():
+                out.control(CHECKPOINT, window_id)
+        self.stats.append(WindowStats(
+            window_id=window_id, checkpoint=self.last_checkpoint,
+            input_counts=dict(self._in_counts),
+            output_counts={n: o.tuples for n, o in self.outputs.items()},
+            end_window_timestamp=int(time.time() * 1000),
+            cpu_nanos=time.thread_time_ns() - self._cpu_start,
+            queue_size=self.queue.qsize(),
+            checkpoint_millis=ckpt[0], checkpoint_start=ckpt[1], checkpoint_size=ckpt[2],
+            metrics=dict(self._metrics),
+            buffer_server_bytes={n: sum(getattr(s, "bytes", 0) for s in o.sinks)
+                                 for n, o in self.outputs.items()}))
+        self._metrics.clear()
+        self._handle_requests()
+
+    def _checkpoint(self, window_id: int) -> tuple[int, int, int]:
+        """Save the operator's state after ``window_id``; (millis, start, size)."""
+        if self.checkpoint_dir is None:
+            return (0, 0, 0)
+        start = time.time()
+        data = pickle.dumps(self.operator.get_state(), protocol=pickle.HIGHEST_PROTOCOL)
+        fs.write_atomic(fs.join(self.checkpoint_dir, str(self.id), str(window_id)), data)
+        self.last_checkpoint = window_id
+        self.saved_checkpoints.append(window_id)
+        self.operator.checkpointed(window_id)
+        return (int((time.time() - start) * 1000), int(start * 1000), len(data))
+
+    def _handle_requests(self) -> None:
+        """Between windows: committed notifications and master requests."""
+        while self.requests:
+            what, value = self.requests.popleft()
+            if what == "committed":
+                self.operator.committed(value)
+            elif what == "shutdown":
+                raise ShutdownException("shutdown requested by the master")
+
+    # -- input operators -----------------------------------------------------
+    def _run_input(self) -> None:
+        op = self.operator
+        assert isinstance(op, InputOperator)
+        size = self.context.streaming_window_size_millis
+        outputs = list(self.outputs.values())
+        window_id = self.current_window + 1
+        while not self._stop:
+            self._begin_window(window_id)
+            deadline = window_millis(window_id, size) + size
+            while True:
+                before = sum(len(o.batch) for o in outputs)
+                op.emit_tuples()
+                after = 0
+                for o in outputs:
+                    n = len(o.batch)
+                    after += n
+                    if n >= BATCH_SIZE:
+                        o.flush()
+                now = time.time() * 1000
+                if now >= deadline or self._stop:
+                    break
+                if after == before:  # nothing available: wait a little, not spin
+                    time.sleep(min(0.002, (deadline - now) / 1000))
+            self._end_window()
+            window_id += 1
+
+    # -- generic operators ---------------------------------------------------
+    def _run_generic(self) -> None:
+        get = self.queue.get
+        while not self._stop:
+            src, kind, value = get()
+            if src < 0:
+                return
+            self.on_message(src, kind, value)
+            if self.state != NodeState.ACTIVE:
+                return
+
+    def on_message(self, src: int, kind: int, value: Any) -> None:
+        """Handle one message from a source, keeping windows aligned across sources."""
+        if src in self._blocked:
+            self._backlog[src].append((kind, value))
+            return
+        self._handle(src, kind, value)
+        while self._drain():
+            pass
+
+    def _drain(self) -> bool:
+        progressed = False
+        for src, backlog in self._backlog.items():
+            while backlog and src not in self._blocked and self.state == NodeState.ACTIVE:
+                kind, value = backlog.popleft()
+                self._handle(src, kind, value)
+                progressed = True
+        return progressed
+
+    def _handle(self, src: int, kind: int, value: Any) -> None:
+        try:
+            if kind == DATA:
+                handler = self.handlers[src]
+                for t in value:
+                    handler(t)
+                self._in_counts[self.source_ports[src]] += len(value)
+                for out in self.outputs.values():
+                    if len(out.batch) >= BATCH_SIZE:
+                        out.flush()
+            elif kind == BEGIN_WINDOW:
+                self._next_window = value
+                self._begun.add(src)
+                self._blocked.add(src)
+                if self._begun >= self._active_sources:
+                    self._begin_window(value)
+                    self._begun.clear()
+                    self._blocked.clear()
+            elif kind == END_WINDOW:
+                self._ended.add(src)
+                self._blocked.add(src)
+                if self._ended >= self._active_sources:
+                    self._ended.clear()
+                    self._blocked.clear()
+                    self._end_window()
+            elif kind == END_STREAM:
+                self._active_sources.discard(src)
+                self._blocked.discard(src)
+                self._begun.discard(src)
+                self._ended.discard(src)
+                if not self._active_sources:
+                    raise ShutdownException("all inputs ended")
+                if self._in_window and self._ended >= self._active_sources:
+                    self._ended.clear()
+                    self._blocked.clear()
+                    self._end_window()
+                elif not self._in_window and self._begun and self._begun >= self._active_sources:
+                    self._begun.clear()
+                    self._blocked.clear()
+                    self._begin_window(self._next_window)
+            # CHECKPOINT: windows are checkpointed by id, the marker only travels on
+        except ShutdownException:
+            if self.inline:
+                self._shutdown()
+            else:
+                raise
+        except Exception as exc:  # noqa: BLE001
+            if self.inline:
+                self._fail(exc)
+            else:
+                raise

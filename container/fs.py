@@ -1,0 +1,115 @@
+"""File access for master and agents through ``pyarrow.fs`` (local disk or HDFS).
+
+Every file stram touches under ``APP_PATH`` (heartbeatUri, checkpoints, the
+journal, WAL segments) goes through these helpers, so the same code runs on
+the local file system and on HDFS.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from functools import lru_cache
+
+import pyarrow.fs as pafs
+
+__all__ = ["resolve", "join", "write_atomic", "read_bytes", "exists", "delete",
+           "list_dir", "makedirs", "move", "open_output", "open_input"]
+
+
+def _split(uri: str) -> tuple[str, str]:
+    """(filesystem key, path) of a URI or a local path."""
+    if "://" not in uri:
+        return "file://", os.path.abspath(uri)
+    scheme, rest = uri.split("://", 1)
+    if scheme == "file":
+        return "file://", rest or "/"
+    authority, _, path = rest.partition("/")
+    return f"{scheme}://{authority}", "/" + path
+
+
+@lru_cache(maxsize=32)
+def _filesystem(key: str) -> pafs.FileSystem:
+    if key == "file://":
+        return pafs.LocalFileSystem()
+    fs, _ = pafs.FileSystem.from_uri(key + "/")
+    return fs
+
+
+def resolve(uri: str) -> tuple[pafs.FileSystem, str]:
+    """The ``pyarrow.fs`` file system and path for a URI or a local path."""
+    key, path = _split(uri)
+    return _filesystem(key), path
+
+
+def join(uri: str, *parts: str) -> str:
+    """Join path parts onto a URI with ``/``."""
+    out = uri.rstrip("/")
+    for part in parts:
+        out += "/" + str(part).strip("/")
+    return out
+
+
+def makedirs(uri: str) -> None:
+    fs, path = resolve(uri)
+    fs.create_dir(path, recursive=True)
+
+
+def write_atomic(uri: str, data: bytes) -> None:
+    """Write ``data`` to ``uri`` so readers see the old file or the new one, never a part."""
+    fs, path = resolve(uri)
+    parent = path.rsplit("/", 1)[0] or "/"
+    fs.create_dir(parent, recursive=True)
+    tmp = f"{parent}/._tmp-{uuid.uuid4().hex}"
+    with fs.open_output_stream(tmp) as out:
+        out.write(data)
+    fs.move(tmp, path)
+
+
+def read_bytes(uri: str) -> bytes:
+    fs, path = resolve(uri)
+    with fs.open_input_stream(path) as f:
+        return f.read()
+
+
+def exists(uri: str) -> bool:
+    fs, path = resolve(uri)
+    return fs.get_file_info(path).type != pafs.FileType.NotFound
+
+
+def delete(uri: str, missing_ok: bool = True) -> None:
+    """Delete a file or a directory tree."""
+    fs, path = resolve(uri)
+    info = fs.get_file_info(path)
+    if info.type == pafs.FileType.NotFound:
+        if not missing_ok:
+            raise FileNotFoundError(uri)
+    elif info.type == pafs.FileType.Directory:
+        fs.delete_dir(path)
+    else:
+        fs.delete_file(path)
+
+
+def list_dir(uri: str, recursive: bool = False) -> list[pafs.FileInfo]:
+    """Entries under a directory (empty when it does not exist)."""
+    fs, path = resolve(uri)
+    selector = pafs.FileSelector(path, allow_not_found=True, recursive=recursive)
+    return fs.get_file_info(selector)
+
+
+def move(src: str, dst: str) -> None:
+    fs, src_path = resolve(src)
+    _, dst_path = resolve(dst)
+    fs.move(src_path, dst_path)
+
+
+def open_output(uri: str):
+    fs, path = resolve(uri)
+    parent = path.rsplit("/", 1)[0] or "/"
+    fs.create_dir(parent, recursive=True)
+    return fs.open_output_stream(path)
+
+
+def open_input(uri: str):
+    fs, path = resolve(uri)
+    return fs.open_input_file(path)

@@ -1,0 +1,1 @@
+"""Built-in operators: file input and output, text splitting, key counting."""

@@ -1,0 +1,57 @@
+"""Stable partitioning of tuples by key, shared by master and agents.
+
+Python's ``hash()`` of ``str`` is salted per process, so partitioning uses
+CRC-32 of the key's bytes: the same key lands in the same partition in every
+container and after every restart.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any, Callable
+
+__all__ = ["default_key", "partition_hash", "partition_mask", "partition_keys", "owner_of"]
+
+
+def default_key(tuple: Any) -> Any:
+    """A dict's ``"key"``, a tuple's first field, else the tuple itself."""
+    if isinstance(tuple, dict):
+        return tuple.get("key")
+    if isinstance(tuple, tuple_type) and tuple:
+        return tuple[0]
+    return tuple
+
+
+tuple_type = tuple
+
+
+def partition_hash(key: Any) -> int:
+    """A non-negative 31-bit hash of a key that is the same in every process."""
+    if isinstance(key, str):
+        return zlib.crc32(key.encode("utf-8", "surrogatepass")) & 0x7FFFFFFF
+    if isinstance(key, bool) or key is None:
+        return int(bool(key))
+    if isinstance(key, int):
+        return key & 0x7FFFFFFF
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        return zlib.crc32(key) & 0x7FFFFFFF
+    return zlib.crc32(repr(key).encode()) & 0x7FFFFFFF
+
+
+def partition_mask(count: int) -> int:
+    """Smallest all-ones mask with at least ``count`` values (Apex's partition mask)."""
+    if count <= 1:
+        return 0
+    return (1 << (count - 1).bit_length()) - 1
+
+
+def partition_keys(count: int, index: int) -> list[int]:
+    """Masked hash values that partition ``index`` of ``count`` owns."""
+    mask = partition_mask(count)
+    return [k for k in range(mask + 1) if k % count == index]
+
+
+def owner_of(count: int, key_fn: Callable[[Any], Any] = lambda k: k) -> Callable[[Any], int]:
+    """A function mapping a key to the index of the partition that owns it."""
+    mask = partition_mask(count)
+    return lambda key: (partition_hash(key_fn(key)) & mask) % count if count > 1 else 0

@@ -1,0 +1,1 @@
+"""The stram command-line tool (console script `stram`)."""

@@ -1,0 +1,127 @@
+"""The umbilical protocol, driven through the real gRPC server with the real client."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import grpc
+import pytest
+
+import proto
+from appmaster.server import MAX_MESSAGE_BYTES, UmbilicalServicer, create_server
+from appmaster.spec import AppSpec
+from appmaster.state import MasterState
+
+TOKEN = "s3cret-token"
+
+SPEC = """
+name: proto-test
+attributes:
+  STREAMING_WINDOW_SIZE_MILLIS: 250
+  HEARTBEAT_INTERVAL_MILLIS: 700
+  CHECKPOINT_WINDOW_COUNT: 7
+  PROCESSING_MODE: EXACTLY_ONCE
+operators:
+  reader: {class: "container.operators.io:LineReader", properties: {path: specs/data/words.txt}}
+  split: {class: "container.operators.text:WordSplitter"}
+  out: {class: "container.operators.io:JsonLinesOutput", properties: {path: /tmp/proto-out}}
+streams:
+  lines: {from: reader.output, to: [split.input], locality: CONTAINER_LOCAL}
+  words: {from: split.output, to: [out.input]}
+"""
+
+
+@pytest.fixture()
+def umbilical():
+    spec = AppSpec.from_yaml(SPEC)
+    state = MasterState(spec, "app-test", "file:///tmp/app-test", TOKEN, 1_700_000_000_000, 0)
+    executed = []
+    servicer = UmbilicalServicer(state, threading.RLock(), executed.extend)
+    server, port = create_server(servicer, host="127.0.0.1")
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    stub = proto.StreamingContainerUmbilicalStub(channel)
+    yield state, stub, channel, executed
+    channel.close()
+    server.stop(None)
+
+
+def call(stub, method, request, token=TOKEN):
+    return getattr(stub, method)(request, metadata=((proto.TOKEN_METADATA_KEY, token),), timeout=5)
+
+
+def test_init_context_matches_spec_attributes(umbilical):
+    state, stub, _, _ = umbilical
+    ctx = call(stub, "GetInitContext", proto.InitContextRequest(container_id="container_000001"))
+    assert ctx.streaming_window_size_millis == 250
+    assert ctx.heartbeat_interval_millis == 700
+    assert ctx.checkpoint_window_count == 7
+    assert ctx.deploy_buffer_server
+    assert ctx.start_window_millis % 1000 == 0
+    assert json.loads(ctx.attributes["PROCESSING_MODE"]) == "EXACTLY_ONCE"
+    assert ctx.buffer_server_token == TOKEN.encode()
+    assert ctx.app_path == "file:///tmp/app-test"
+
+
+def test_first_heartbeat_gets_deploy_request(umbilical):
+    state, stub, _, _ = umbilical
+    hb = proto.ContainerHeartbeat(container_id="container_000001", buffer_server_host="127.0.0.1",
+                                  buffer_server_port=4242)
+    response = call(stub, "ProcessHeartbeat", hb)
+    assert not response.shutdown
+    deployed = {d.name: d for d in response.deploy_request}
+    assert set(deployed) == {"reader", "split"}
+    assert deployed["reader"].type == proto.OperatorDeployInfo.INPUT
+    (inp,) = deployed["split"].inputs
+    assert inp.locality == proto.CONTAINER_LOCAL and inp.source_node_id == deployed["reader"].id
+    assert deployed["split"].outputs[0].remote  # "out" lives in another container
+    assert response.committed_window_id == state.initial_window
+    assert response.heartbeat_interval_millis == 700
+    # the second heartbeat does not deploy again
+    assert not call(stub, "ProcessHeartbeat", hb).deploy_request
+
+
+def test_unknown_container_is_told_to_shut_down(umbilical):
+    _, stub, _, _ = umbilical
+    response = call(stub, "ProcessHeartbeat", proto.ContainerHeartbeat(container_id="container_999999"))
+    assert response.shutdown
+    with pytest.raises(grpc.RpcError) as err:
+        call(stub, "GetInitContext", proto.InitContextRequest(container_id="nobody"))
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_wrong_or_missing_token_refused(umbilical, caplog):
+    _, stub, channel, _ = umbilical
+    for token in ("wrong", ""):
+        with pytest.raises(grpc.RpcError) as err:
+            call(stub, "ProcessHeartbeat", proto.ContainerHeartbeat(container_id="container_000001"), token=token)
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert "refused call" in caplog.text
+    # still serving
+    assert call(stub, "GetInitContext", proto.InitContextRequest(container_id="container_000001")).app_id
+
+
+def test_malformed_and_oversized_requests_fail_alone(umbilical):
+    state, stub, channel, _ = umbilical
+    raw = channel.unary_unary("/stram.StreamingContainerUmbilical/ProcessHeartbeat",
+                              request_serializer=lambda b: b, response_deserializer=lambda b: b)
+    md = ((proto.TOKEN_METADATA_KEY, TOKEN),)
+    with pytest.raises(grpc.RpcError) as err:
+        raw(b"\xff\xff\xff\xff garbage that is not a protobuf", metadata=md, timeout=5)
+    assert err.value.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.INVALID_ARGUMENT,
+                                grpc.StatusCode.UNKNOWN)
+    big = proto.LogRequest(container_id="container_000001", msg="x" * (MAX_MESSAGE_BYTES + 10))
+    with pytest.raises(grpc.RpcError) as err:
+        call(stub, "Log", big)
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    # other calls keep working
+    response = call(stub, "ProcessHeartbeat", proto.ContainerHeartbeat(container_id="container_000001"))
+    assert not response.shutdown
+
+
+def test_report_error_is_recorded(umbilical):
+    state, stub, _, _ = umbilical
+    call(stub, "ReportError", proto.ReportErrorRequest(container_id="container_000001", operators=[1],
+                                                       msg="Traceback...\nValueError: boom"))
+    errors = state.info()["errors"]
+    assert errors and errors[-1]["msg"].endswith("ValueError: boom") and errors[-1]["operators"] == [1]
