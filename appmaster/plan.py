@@ -125,8 +125,8 @@ class PhysicalPlan:
         for name in spec.topological_order():
             ospec = spec.operators[name]
             op_cls = ospec.load_class()
-            from container.operator import InputOperator, input_ports
-            kind = "INPUT" if issubclass(op_cls, InputOperator) or not input_ports(op_cls) else "GENERIC"
+            from container.operator import InputOperator
+            kind = "INPUT" if issubclass(op_cls, InputOperator) else "GENERIC"
             n = ospec.partitions
             attrs = _operator_attributes(spec, name)
             parts[name] = [plan._add(PTOperator(
@@ -229,7 +229,7 @@ class PhysicalPlan:
         container = self.containers[container_id]
         container.operators.add(op_id)
         container.pending_deploy.add(op_id)
-        container.memory_mb = max(container.memory_mb, int(op.attributes.get("MEMORY_MB", 0) or 0))
+        container.memory_mb = max(container.memory_mb, int(op.attributes.get("CONTAINER_MEMORY_MB", 0) or 0))
         container.vcores = max(container.vcores, int(op.attributes.get("VCORES", 1) or 1))
 
     # ------------------------------------------------------------- queries

@@ -1,0 +1,1 @@
+"""stram application master: plans the DAG, tracks containers, decides recovery."""
