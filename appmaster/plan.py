@@ -94,7 +94,7 @@ class PTContainer:
 
     id: str
     operators: set[int] = field(default_factory=set)
-    #: PENDING (launch asked), RUNNING (agent heartbeating), LOST, RELEASED
+    #: WAITING (backoff), PENDING (launch asked), RUNNING (agent heartbeating), LOST, RELEASED
     state: str = "PENDING"
     host: str = ""
     buffer_server: tuple[str, int] | None = None
@@ -104,6 +104,8 @@ class PTContainer:
     vcores: int = 1
     #: Operators placed here but not yet sent in a deploy request.
     pending_deploy: set[int] = field(default_factory=set)
+    #: WAITING containers: launch once the clock passes this (restart backoff).
+    launch_at: int = 0
 
 
 class PhysicalPlan:

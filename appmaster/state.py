@@ -98,6 +98,13 @@ def recovery_checkpoints(plan: PhysicalPlan, initial: int) -> dict[int, int]:
     return rec
 
 
+def restart_backoff_millis(restarts: int) -> int:
+    """Delay before relaunching after the n-th restart: none for the first, then doubling to 30 s."""
+    if restarts <= 1:
+        return 0
+    return min(250 * 2 ** (restarts - 2), 30_000)
+
+
 def affected_operators(plan: PhysicalPlan, failed: Iterable[int]) -> set[int]:
     """Operators to redeploy when ``failed`` are lost: them, everything downstream,
     and the operators sharing an in-container stream with any of those."""
@@ -271,7 +278,7 @@ class MasterState:
         for ws in ohb.window_stats:
             history.append((ws.window_id, sum(p.tuple_count for p in ws.input_ports),
                             sum(p.tuple_count for p in ws.output_ports),
-                            max((p.end_window_timestamp for p in ws.output_ports + ws.input_ports), default=now),
+                            max((p.end_window_timestamp for p in list(ws.output_ports) + list(ws.input_ports)), default=now),
                             ws.cpu_time_used, dict(ws.metrics)))
         if ohb.state == proto.OperatorHeartbeat.ACTIVE:
             if op.state in (OperatorState.DEPLOYING, OperatorState.PENDING_DEPLOY):
@@ -385,12 +392,14 @@ class MasterState:
         for window in sorted(self.shutdown_operators):
             if window > self.committed:
                 break
-            for op_id in list(self.shutdown_operators[window]):
+            for op_id in list(self.shutdown_operators.get(window, ())):
+                if op_id not in self.shutdown_operators.get(window, ()):
+                    continue  # removed already, as a downstream left without inputs
                 op = self.plan.operators.get(op_id)
                 if op is None:
                     self.shutdown_operators[window].remove(op_id)
-                    continue
-                if all(self.plan.operators[d].current_window >= window for d in self.plan.downstream(op_id)):
+                elif all(self.plan.operators[d].current_window >= window
+                         for d in self.plan.downstream(op_id)):
                     self._remove_terminated_partition(op, now)
             if not self.shutdown_operators.get(window):
                 self.shutdown_operators.pop(window, None)
@@ -447,6 +456,9 @@ class MasterState:
         if self.state != "RUNNING":
             return self._maybe_finish()
         instructions: list[Instruction] = []
+        for container in self.plan.containers.values():
+            if container.state == "WAITING" and now >= container.launch_at:
+                instructions.append(self._launch(container))
         timeout = int(self.attr("HEARTBEAT_TIMEOUT_MILLIS"))
         for container in list(self.plan.containers.values()):
             if container.state == "RUNNING" and now - container.last_heartbeat_millis > timeout:
@@ -526,8 +538,15 @@ class MasterState:
         for old_id, new_id in replacements.items():
             self.plan.containers[old_id].operators.clear()
             self.plan.containers[old_id].pending_deploy.clear()
-            instructions.append(self._launch(self.plan.containers[new_id]))
-            self.event(now, "recover", f"{old_id} replaced by {new_id}")
+            new = self.plan.containers[new_id]
+            restarts = max((self.plan.operators[o].restarts for o in new.operators), default=1)
+            delay = restart_backoff_millis(restarts)
+            if delay:
+                new.state, new.launch_at = "WAITING", now + delay
+                self.event(now, "recover", f"{old_id} replaced by {new_id} in {delay} ms (restart {restarts})")
+            else:
+                instructions.append(self._launch(new))
+                self.event(now, "recover", f"{old_id} replaced by {new_id}")
         self.event(now, "recover", "redeploying " + ", ".join(
             f"{self.plan.operators[o].label}@{_w(self.plan.operators[o].recovery_checkpoint)}" for o in sorted(affected)))
         return instructions
@@ -543,7 +562,7 @@ class MasterState:
             op.last_error = msg
             if op.state == OperatorState.DEPLOYING:  # the deploy itself failed
                 op.state = OperatorState.FAILED
-                instructions += self._recover([op.container], now, f"deploy of {op.label} failed", kill=True)
+                instructions += self._recover([op.container], now, f"operator {op.label} failed", kill=True)
         return instructions
 
     # ------------------------------------------------------------ ending

@@ -203,9 +203,11 @@ def follow(app_id: str, app_path: str, master: subprocess.Popen, duration: float
     """Show progress until the application ends; Ctrl-C kills it."""
     interrupted = []
     previous = signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
+    previous_term = signal.signal(signal.SIGTERM, lambda *_: interrupted.append(True))
     started = time.monotonic()
     shutdown_sent = False
     last_line = ""
+    last_print = -10.0
     tty = sys.stderr.isatty()
     try:
         while master.poll() is None:
@@ -226,14 +228,17 @@ def follow(app_id: str, app_path: str, master: subprocess.Popen, duration: float
                     admin(find_app(app_id), "shutdown", "POST", {})
                 except CLIError:
                     pass
-            line = _progress_line(app_id, elapsed)
+            due = tty or elapsed - last_print >= 5.0
+            line = _progress_line(app_id, elapsed) if due else ""
             if line and line != last_line:
+                last_print = elapsed
                 print(("\r" + line.ljust(100)) if tty else line, end="" if tty else "\n",
                       file=sys.stderr, flush=True)
                 last_line = line
-            time.sleep(1.0 if tty else 2.0)
+            time.sleep(0.5)
     finally:
         signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGTERM, previous_term)
     app = find_app(app_id)
     state = app.get("state")
     print(("\n" if tty else "") + f"{app_id} {state}" +

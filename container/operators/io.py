@@ -34,8 +34,7 @@ class LineReader(InputOperator):
     def setup(self, context: OperatorContext) -> None:
         if not self.path:
             raise ValueError("LineReader needs the property 'path'")
-        self._file = fs.open_input(self.path)
-        self._file.seek(self.offset)
+        self._file = _LineFile(self.path, self.offset)
 
     def begin_window(self, window_id: int) -> None:
         self._left = self.lines_per_window
@@ -46,26 +45,57 @@ class LineReader(InputOperator):
             n = min(n, self._left)
             if n <= 0:
                 return
-        f = self._file
-        emit = self.output.emit
-        offset = self.offset
-        done = 0
-        for _ in range(n):
-            line = f.readline()
-            if not line:
-                self.offset = offset
-                raise ShutdownException("end of file")
-            offset += len(line)
-            done += 1
-            emit(line.decode("utf-8", "replace").rstrip("\n").rstrip("\r"))
-        self.offset = offset
+        lines, self.offset = self._file.read_lines(n)
         if self._left is not None:
-            self._left -= done
+            self._left -= len(lines)
+        emit = self.output.emit
+        for line in lines:
+            emit(line)
+        if len(lines) < n:
+            raise ShutdownException("end of file")
 
     def teardown(self) -> None:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+class _LineFile:
+    """Lines of a ``pyarrow.fs`` file read in large chunks, with exact byte offsets."""
+
+    CHUNK = 1 << 20
+
+    def __init__(self, path: str, offset: int) -> None:
+        self._f = fs.open_input(path)
+        self._f.seek(offset)
+        self._offset = offset
+        self._buf = b""
+        self._eof = False
+
+    def read_lines(self, n: int) -> tuple[list[str], int]:
+        """Up to ``n`` lines (without newlines) and the offset after them."""
+        lines: list[str] = []
+        while len(lines) < n:
+            cut = self._buf.find(b"\n")
+            if cut < 0:
+                if not self._eof:
+                    chunk = self._f.read(self.CHUNK)
+                    if chunk:
+                        self._buf += chunk
+                        continue
+                    self._eof = True
+                if not self._buf:
+                    break
+                cut = len(self._buf) - 1  # a last line without a newline
+                raw, self._buf = self._buf, b""
+            else:
+                raw, self._buf = self._buf[:cut + 1], self._buf[cut + 1:]
+            self._offset += len(raw)
+            lines.append(raw.decode("utf-8", "replace").rstrip("\n").rstrip("\r"))
+        return lines, self._offset
+
+    def close(self) -> None:
+        self._f.close()
 
 
 class JsonLinesOutput(Operator):

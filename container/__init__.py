@@ -1,0 +1,1 @@
+"""stram container agent: runs operators in windows and moves their data."""

@@ -1,0 +1,158 @@
+"""End to end on the embedded default: real master, agents, buffer servers, processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from conftest import ROOT, read_counts, word_truth
+from scripts import cli
+
+pytestmark = pytest.mark.slow
+
+WORDS = ROOT / "specs" / "data" / "words.txt"
+MOBY = ROOT / "specs" / "data" / "moby-dick.txt"
+
+
+def app_processes(app_id: str) -> list[psutil.Process]:
+    """Every live process of an application: its master and its containers."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+        try:
+            if proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if app_id in " ".join(proc.info["cmdline"] or ()) or proc.environ().get("STRAM_APP_ID") == app_id:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def launch_detached(*args: str) -> str:
+    out = subprocess.run([sys.executable, "-m", "scripts.cli", "launch", *args, "--detach"],
+                         capture_output=True, text=True, cwd=ROOT, check=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+def wait_until(predicate, timeout: float = 60.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def running_operators(app_id: str) -> int:
+    try:
+        return sum(1 for r in cli.admin(cli.find_app(app_id), "operators")["operators"]
+                   if r["state"] == "ACTIVE")
+    except cli.CLIError:
+        return 0
+
+
+def test_wordcount_exact_counts(tmp_path, capsys):
+    out = tmp_path / "out"
+    code = cli.main(["launch", "specs/wordcount.yaml", "-D", f"operators.out.path={out}"])
+    assert code == 0, capsys.readouterr().err
+    truth = word_truth(WORDS)
+    sums, maxima, _ = read_counts(out)
+    assert sums == truth
+    assert maxima == dict(truth)
+    # every output file is final: EXACTLY_ONCE leaves no temporary files behind
+    assert not [p for p in out.rglob("*") if p.is_file() and not p.name.endswith(".jsonl")]
+    apps = cli.local_apps()
+    assert apps[0]["state"] == "SUCCEEDED"
+
+
+def test_partitioned_across_containers(tmp_path):
+    """split ×2 and count ×3 in separate containers: buffer servers, partition masks, a unifier."""
+    out = tmp_path / "out"
+    code = cli.main(["launch", "specs/wordcount.yaml", "-D", f"operators.out.path={out}",
+                     "-D", "streams.lines.locality=null", "-D", "operators.split.partitions=2",
+                     "-D", "operators.count.partitions=3"])
+    assert code == 0
+    app = cli.local_apps()[0]
+    plan_containers = {p.name for p in (tmp_path.parent.glob("*"))}  # noqa: F841 - keep tmp alive
+    truth = word_truth(WORDS)
+    sums, maxima, _ = read_counts(out)
+    assert sums == truth and maxima == dict(truth)
+    logs = os.listdir(os.path.join(app["app_path"], "logs"))
+    assert len([f for f in logs if f.startswith("container_")]) >= 6  # reader, 2 split, 3 count, out
+
+
+def test_ctrl_c_stops_master_and_containers(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "scripts.cli", "launch", "specs/wordcount.yaml",
+         "-D", f"operators.reader.path={MOBY}", "-D", "operators.reader.lines_per_window=5",
+         "-D", f"operators.out.path={out}"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        app_id = wait_until(lambda: cli.local_apps() and cli.local_apps()[0]["id"], what="the app")
+        wait_until(lambda: running_operators(app_id) == 4, what="all operators running")
+        pids = [p.pid for p in app_processes(app_id)]
+        assert len(pids) >= 4  # master and three containers
+        proc.send_signal(signal.SIGINT)
+        proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130
+    survivors = wait_until(lambda: not app_processes(app_id) or None, timeout=20, what="no process left") \
+        if app_processes(app_id) else None
+    assert not app_processes(app_id), survivors
+    assert cli.find_app(app_id)["state"] == "KILLED"
+
+
+def test_detach_info_and_kill_app(tmp_path, capsys):
+    out = tmp_path / "out"
+    app_id = launch_detached("specs/wordcount.yaml", "-D", f"operators.reader.path={MOBY}",
+                             "-D", "operators.reader.lines_per_window=5", "-D", f"operators.out.path={out}")
+    wait_until(lambda: running_operators(app_id) == 4, what="all operators running")
+    capsys.readouterr()
+    assert cli.main(["get-app-info", app_id, "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["state"] == "RUNNING" and info["operators"] == 4 and info["containers"] == 3
+    assert cli.main(["list-operators", app_id, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert sorted(r["name"] for r in rows) == ["count", "out", "reader", "split"]
+    assert cli.main(["list-containers", app_id, "--json"]) == 0
+    containers = json.loads(capsys.readouterr().out)
+    assert all(c["buffer_server"].startswith("127.0.0.1:") for c in containers)
+    assert cli.main(["list-apps", "--json"]) == 0
+    assert any(a["id"] == app_id for a in json.loads(capsys.readouterr().out))
+    assert cli.main(["kill-app", app_id]) == 0
+    wait_until(lambda: not app_processes(app_id), timeout=20, what="processes gone")
+    assert cli.find_app(app_id)["state"] == "KILLED"
+    assert cli.main(["wait", app_id, "--timeout", "5"]) == 1
+
+
+def test_shutdown_app_ends_succeeded(tmp_path):
+    out = tmp_path / "out"
+    app_id = launch_detached("specs/wordcount.yaml", "-D", f"operators.reader.path={MOBY}",
+                             "-D", "operators.reader.lines_per_window=5", "-D", f"operators.out.path={out}")
+    wait_until(lambda: running_operators(app_id) == 4, what="all operators running")
+    assert cli.main(["shutdown-app", app_id]) == 0
+    assert cli.main(["wait", app_id, "--timeout", "60"]) == 0
+    # a graceful end: the totals written are exact for the prefix that was read
+    sums, maxima, rows = read_counts(out)
+    assert rows and all(maxima[k] == sums[k] for k in sums)
+
+
+def test_user_mistakes_are_clear(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\noperators:\n  a: {class: 'nosuch.module:Op'}\n")
+    assert cli.main(["launch", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {bad}: operators.a.class:") and "Traceback" not in err
+    assert cli.main(["get-app-info", "application_nope"]) == 1
+    assert "no application 'application_nope'" in capsys.readouterr().err
