@@ -279,7 +279,7 @@ class MasterState:
             history.append((ws.window_id, sum(p.tuple_count for p in ws.input_ports),
                             sum(p.tuple_count for p in ws.output_ports),
                             max((p.end_window_timestamp for p in list(ws.output_ports) + list(ws.input_ports)), default=now),
-                            ws.cpu_time_used, dict(ws.metrics)))
+                            ws.cpu_time_used, _decode_metrics(ws.metrics)))
         if ohb.state == proto.OperatorHeartbeat.ACTIVE:
             if op.state in (OperatorState.DEPLOYING, OperatorState.PENDING_DEPLOY):
                 op.window_advanced_millis = now
@@ -294,6 +294,10 @@ class MasterState:
             op.state = OperatorState.FAILED
             op.last_error = ohb.error or op.last_error
             self.event(now, "failed", f"operator {op.label} ({op.id}) failed: {_last_line(op.last_error)}")
+            if ohb.fatal:
+                self._finish("FAILED", f"operator {op.label} ({op.id}) failed fatally: "
+                                       f"{_last_line(op.last_error)}", now)
+                return self._maybe_finish()
             return self._recover([container.id], now, f"operator {op.label} failed", kill=True)
         return []
 
@@ -554,16 +558,11 @@ class MasterState:
     def report_error(self, container_id: str, operators: list[int], msg: str, now: int) -> list[Instruction]:
         self.errors.append({"millis": now, "container": container_id, "operators": list(operators), "msg": msg})
         self.event(now, "error", f"{container_id} {list(operators)}: {_last_line(msg)}")
-        instructions: list[Instruction] = []
         for op_id in operators:
             op = self.plan.operators.get(op_id)
-            if op is None:
-                continue
-            op.last_error = msg
-            if op.state == OperatorState.DEPLOYING:  # the deploy itself failed
-                op.state = OperatorState.FAILED
-                instructions += self._recover([op.container], now, f"operator {op.label} failed", kill=True)
-        return instructions
+            if op is not None:
+                op.last_error = msg
+        return []  # recovery follows the FAILED state in the next heartbeat
 
     # ------------------------------------------------------------ ending
     def request_shutdown(self, now: int) -> None:
@@ -643,6 +642,8 @@ class MasterState:
             "shutdown_operators": {_w(w): [ops[o].label if o in ops else o for o in ids]
                                    for w, ids in sorted(self.shutdown_operators.items())},
             "removed": list(self.removed[-50:]),
+            "receivers": {op.label: self.window_history[op.id][-1][5]["receiver"] for op in ops.values()
+                          if self.window_history.get(op.id) and "receiver" in self.window_history[op.id][-1][5]},
             "errors": list(self.errors)[-20:],
             "events": [{"millis": e.millis, "kind": e.kind, "text": e.text} for e in list(self.events)[-50:]],
         }
@@ -681,6 +682,16 @@ _DAG_ATTRIBUTES = (
 def _w(window: int) -> str:
     """A window id as Apex prints it."""
     return f"{window & 0xFFFFFFFFFFFFFFFF:x}"
+
+
+def _decode_metrics(metrics: Any) -> dict[str, Any]:
+    out = {}
+    for key, value in metrics.items():
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
 
 
 def _last_line(text: str) -> str:

@@ -92,7 +92,8 @@ class Agent:
         self.nodes: dict[int, Node] = {}
         #: Operators that shut down: kept for committed() until undeployed.
         self.finished: dict[int, Node] = {}
-        self.reported_final: set[int] = set()
+        #: Operators whose deploy failed: reported FAILED once, then forgotten.
+        self.failed_deploys: dict[int, str] = {}
         self.committed = -1
         self.buffer_server: BufferServer | None = None
         self.buffer_address = ("", 0)
@@ -180,6 +181,10 @@ class Agent:
         stats = proto.ContainerStats(container_id=self.container_id)
         for node in list(self.nodes.values()):
             stats.operators.append(self._operator_heartbeat(node, now))
+        for op_id, error in list(self.failed_deploys.items()):
+            stats.operators.append(proto.OperatorHeartbeat(
+                node_id=op_id, generated_tms=now, state=proto.OperatorHeartbeat.FAILED, error=error))
+            del self.failed_deploys[op_id]
         mem = psutil.virtual_memory()
         return proto.ContainerHeartbeat(
             container_id=self.container_id,
@@ -215,6 +220,7 @@ class Agent:
             hb.saved_checkpoints.append(node.saved_checkpoints.pop(0))
         if node.state == NodeState.FAILED:
             hb.error = node.error
+            hb.fatal = node.fatal
         return hb
 
     def _on_state_change(self, node: Node) -> None:
@@ -289,6 +295,7 @@ class Agent:
                     traceback.format_exception(exc)).strip()
                 log.error(msg)
                 self.report_error([info.id], msg)
+                self.failed_deploys.update({i.id: msg for i in infos})
                 return
         for node, info in zip(created, infos):
             self.nodes[node.id] = node
@@ -328,7 +335,16 @@ class Agent:
         return node
 
     def _wire(self, node: Node, info: proto.OperatorDeployInfo) -> None:
-        for inp in info.inputs:
+        if node.self_checkpointing:
+            for inp in info.inputs:
+                node.context.inputs.append({
+                    "port": inp.port_name, "stream": inp.declared_stream_id,
+                    "publisher": f"{inp.source_node_id}.{inp.source_port_name}",
+                    "source_node_id": inp.source_node_id,
+                    "host": inp.buffer_server_host, "port_number": inp.buffer_server_port,
+                    "token": bytes(inp.buffer_server_token), "mask": inp.partition_mask,
+                    "keys": list(inp.partition_keys), "codec": inp.stream_codecs.get(0, "pickle")})
+        for inp in ([] if node.self_checkpointing else info.inputs):
             src = node.add_source(inp.port_name)
             locality = _LOCALITY.get(inp.locality)
             upstream = self.nodes.get(inp.source_node_id) if locality else None

@@ -31,8 +31,8 @@ from typing import Any, Callable
 
 from container import fs
 from container.codec import get_codec
-from container.operator import (InputOperator, Operator, OperatorContext, ShutdownException,
-                                input_ports, output_ports)
+from container.operator import (FatalError, InputOperator, Operator, OperatorContext,
+                                ShutdownException, input_ports, output_ports)
 from container.partition import default_key, partition_hash
 
 log = logging.getLogger("container.engine")
@@ -256,6 +256,7 @@ class Node:
         self.queue: queue.Queue = queue.Queue(QUEUE_CAPACITY)
         self.state = NodeState.ACTIVE
         self.error = ""
+        self.fatal = False
         #: last window finished (end_window done)
         self.current_window = checkpoint_window
         self.last_checkpoint = checkpoint_window
@@ -281,6 +282,9 @@ class Node:
         self._cpu_start = 0
         self._metrics: dict[str, Any] = {}
         context.set_metric = self._metrics.__setitem__
+        context.report_checkpoint = self.report_checkpoint
+        #: operators reading their own inputs checkpoint only when they say so
+        self.self_checkpointing = getattr(type(operator), "external_inputs", False)
 
     # -- wiring -------------------------------------------------------------
     def add_source(self, port: str) -> int:
@@ -354,6 +358,7 @@ class Node:
         if self._stop:
             return
         self.error = "".join(traceback.format_exception(exc)).strip()
+        self.fatal = isinstance(exc, FatalError)
         log.error("operator %s (%s) failed: %s", self.id, self.name, self.error)
         self.state = NodeState.FAILED
         self.on_state_change(self)
@@ -366,7 +371,7 @@ class Node:
             except ShutdownException:
                 pass
         self._in_window = False
-        if self.last_checkpoint < self.current_window:
+        if self.last_checkpoint < self.current_window and not self.self_checkpointing:
             self._checkpoint(self.current_window)
         for out in self.outputs.values():
             out.control(END_STREAM, self.current_window)
@@ -394,7 +399,7 @@ class Node:
             out.control(END_WINDOW, window_id)
         self.current_window = window_id
         ckpt = (0, 0, 0)
-        if is_checkpoint_window(window_id, self.checkpoint_count):
+        if not self.self_checkpointing and is_checkpoint_window(window_id, self.checkpoint_count):
             ckpt = self._checkpoint(window_id)
             for out in self.outputs.values():
                 out.control(CHECKPOINT, window_id)
@@ -423,6 +428,11 @@ class Node:
         self.saved_checkpoints.append(window_id)
         self.operator.checkpointed(window_id)
         return (int((time.time() - start) * 1000), int(start * 1000), len(data))
+
+    def report_checkpoint(self, window_id: int) -> None:
+        """An operator with external inputs declares everything up to ``window_id`` durable."""
+        if window_id > self.last_checkpoint:
+            self._checkpoint(window_id)
 
     def _handle_requests(self) -> None:
         """Between windows: committed notifications and master requests."""

@@ -35,6 +35,7 @@ __all__ = [
     "InputPort",
     "OutputPort",
     "ShutdownException",
+    "FatalError",
     "OperatorContext",
     "PassThroughUnifier",
     "operator_ports",
@@ -44,6 +45,10 @@ __all__ = [
 
 class ShutdownException(Exception):
     """Raised by an operator to end itself (and, at the inputs, its stream)."""
+
+
+class FatalError(Exception):
+    """Raised by an operator when restarting cannot help: the application fails."""
 
 
 @dataclass
@@ -71,6 +76,12 @@ class OperatorContext:
     set_metric: Callable[[str, Any], None] = lambda name, value: None
     #: Sends a line to the master's log.
     log: Callable[[str], None] = lambda msg: None
+    #: For operators with ``external_inputs``: where each input stream's data
+    #: lives: dicts with port, publisher, host, port_number, token, mask, keys, codec.
+    inputs: list[dict[str, Any]] = field(default_factory=list)
+    #: For operators with ``external_inputs``: declare everything up to a window
+    #: durable (saves the state as that window's checkpoint).
+    report_checkpoint: Callable[[int], None] = lambda window_id: None
 
 
 class _Port:
@@ -150,6 +161,11 @@ class Operator:
     #: Operator class merging the outputs of this operator's partitions
     #: (``None``: a pass-through unifier).
     unifier_class: ClassVar[type | None] = None
+    #: The operator reads its input streams itself (``context.inputs``) instead
+    #: of having tuples delivered, and reports its own checkpoints through
+    #: ``context.report_checkpoint`` (e.g. a Spark query's committed offsets).
+    #: Such an operator is an InputOperator as far as windows go.
+    external_inputs: ClassVar[bool] = False
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "Operator":
         self = super().__new__(cls)
