@@ -85,6 +85,11 @@ class LocalLauncher(Launcher):
             proc.send_signal(signal.SIGKILL)
             log.info("killed %s (pid %d)", container_id, proc.pid)
 
+    def adopt(self, container_id: str, pid: int) -> None:
+        """Track a container a previous master attempt started (a new attempt takes over)."""
+        self.processes[container_id] = _Adopted(pid)  # type: ignore[assignment]
+        log.info("adopted %s (pid %d) from the previous master attempt", container_id, pid)
+
     def pid(self, container_id: str) -> int | None:
         proc = self.processes.get(container_id)
         return proc.pid if proc is not None else None
@@ -110,3 +115,46 @@ class LocalLauncher(Launcher):
                 proc.kill()
                 proc.wait()
         self.processes.clear()
+
+
+class _Adopted:
+    """A process this master did not start, with the parts of Popen the launcher uses."""
+
+    def __init__(self, pid: int) -> None:
+        import psutil
+        self.pid = pid
+        try:
+            self._proc: "psutil.Process | None" = psutil.Process(pid)
+        except psutil.NoSuchProcess:
+            self._proc = None
+
+    def poll(self) -> int | None:
+        import psutil
+        if self._proc is None:
+            return -1
+        try:
+            if self._proc.status() == psutil.STATUS_ZOMBIE or not self._proc.is_running():
+                return -1
+        except psutil.NoSuchProcess:
+            return -1
+        return None
+
+    def send_signal(self, signum: int) -> None:
+        try:
+            os.kill(self.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = time.monotonic() + (timeout if timeout is not None else 1e9)
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0)
+            time.sleep(0.05)
+        return -1

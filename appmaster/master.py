@@ -43,7 +43,13 @@ class AppMaster:
         self.host = host or os.environ.get("STRAM_HOST") or socket.gethostname()
         self.lock = threading.RLock()
         now = _now()
-        self.state = MasterState(spec, app_id, app_path, token, now, now)
+        journal = fs.join(app_path, "journal", "snapshot")
+        if fs.exists(journal):
+            import pickle
+            self.state = MasterState.restore(spec, pickle.loads(fs.read_bytes(journal)), app_path, token, now)
+        else:
+            self.state = MasterState(spec, app_id, app_path, token, now, now)
+        self._journal_key: tuple | None = None
         self.finished = threading.Event()
         self.final: Finish | None = None
         self.server = None
@@ -59,6 +65,21 @@ class AppMaster:
                 self._execute(ins)
             except Exception:  # noqa: BLE001 - one failed action must not stop the master
                 log.exception("could not carry out %s", ins)
+
+    def journal(self) -> None:
+        """Write the state a new master attempt needs, if it changed (caller holds the lock).
+
+        Called before the effects of a decision leave the master (responses,
+        checkpoint deletion), so a restarted master never resumes from
+        anything that was already purged.
+        """
+        key = self.state.journal_key()
+        if key == self._journal_key:
+            return
+        import pickle
+        fs.write_atomic(fs.join(self.app_path, "journal", "snapshot"),
+                        pickle.dumps(self.state.snapshot(), protocol=pickle.HIGHEST_PROTOCOL))
+        self._journal_key = key
 
     def _execute(self, ins: Instruction) -> None:
         if isinstance(ins, LaunchContainer):
@@ -77,7 +98,7 @@ class AppMaster:
 
     # ------------------------------------------------------------ run
     def start(self) -> None:
-        servicer = UmbilicalServicer(self.state, self.lock, self.execute)
+        servicer = UmbilicalServicer(self.state, self.lock, self.execute, journal=self.journal)
         self.server, self.port = create_server(servicer, host="0.0.0.0", port=0)
         from appmaster.admin import start_admin
         self.admin, self.admin_url = start_admin(self, self.host)
@@ -88,9 +109,27 @@ class AppMaster:
         log.info("application %s: umbilical at %s:%d, admin API at %s", self.app_id, self.host,
                  self.port, self.admin_url)
         with self.lock:
-            instructions = self.state.start(_now())
+            if self.state.attempt == 1:
+                instructions = self.state.start(_now())
+            else:
+                instructions = self._adopt()
+            self.journal()
         self.execute(instructions)
         self.write_status()
+
+    def _adopt(self) -> list[Instruction]:
+        """A new attempt: take over the containers the previous master started."""
+        adopt = getattr(self.launcher, "adopt", None)
+        instructions: list[Instruction] = []
+        for container in self.state.plan.containers.values():
+            if container.state not in ("PENDING", "RUNNING"):
+                continue
+            pid = container.process.split("@", 1)[0]
+            if adopt is not None and pid.isdigit():
+                adopt(container.id, int(pid))
+            elif container.state == "PENDING":
+                instructions.append(self.state._launch(container))
+        return instructions
 
     def run(self) -> str:
         """Serve until the application ends; returns its final state."""
@@ -103,6 +142,7 @@ class AppMaster:
                 for cid, code in ended:
                     instructions += self.state.container_exited(cid, code, _now())
                 instructions += self.state.tick(_now())
+                self.journal()
             self.execute(instructions)
             if self._stop_requested:
                 with self.lock:

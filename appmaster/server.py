@@ -35,10 +35,12 @@ class UmbilicalServicer(proto.StreamingContainerUmbilicalServicer):
     """Serves container agents for one application."""
 
     def __init__(self, state: MasterState, lock: threading.RLock,
-                 execute: Callable[[list[Instruction]], None]) -> None:
+                 execute: Callable[[list[Instruction]], None],
+                 journal: Callable[[], None] = lambda: None) -> None:
         self.state = state
         self.lock = lock
         self.execute = execute
+        self.journal = journal
         self.token = state.token.encode()
 
     def _check(self, context: grpc.ServicerContext) -> None:
@@ -80,6 +82,7 @@ class UmbilicalServicer(proto.StreamingContainerUmbilicalServicer):
         self._check(context)
         with self.lock:
             response, instructions = self.state.heartbeat(request, _now())
+            self.journal()  # before the response or any deletion acts on the new state
         if response.shutdown and request.container_id not in self.state.plan.containers:
             log.warning("heartbeat from unknown container %r (%s): told to shut down",
                         request.container_id, context.peer())

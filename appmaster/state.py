@@ -179,6 +179,57 @@ class MasterState:
         self.blocked: set[int] = set()
         self.shutdown_requested = False
         self.heartbeats = 0
+        #: Master attempt (a restarted master resumes from the journal with attempt + 1).
+        self.attempt = 1
+
+    # ------------------------------------------------------------ journal
+    def journal_key(self) -> tuple:
+        """Changes when anything a restarted master must know has changed."""
+        return (self.state, self.committed, self.shutdown_requested,
+                tuple((op.id, op.recovery_checkpoint, op.state.value, op.container, op.restarts)
+                      for op in self.plan.operators.values()),
+                tuple((c.id, c.state) for c in self.plan.containers.values()),
+                tuple((w, tuple(ids)) for w, ids in sorted(self.shutdown_operators.items())))
+
+    def snapshot(self) -> dict[str, Any]:
+        """What the journal holds: enough for a new master attempt to carry on."""
+        return {"version": 1, "app_id": self.app_id, "attempt": self.attempt,
+                "start_window_millis": self.start_window_millis, "committed": self.committed,
+                "plan": self.plan, "shutdown_operators": self.shutdown_operators,
+                "state": self.state, "diagnostics": self.diagnostics,
+                "started_millis": self.started_millis, "removed": self.removed,
+                "errors": list(self.errors), "shutdown_requested": self.shutdown_requested}
+
+    @classmethod
+    def restore(cls, spec: Any, snapshot: dict[str, Any], app_path: str, token: str,
+                now: int) -> "MasterState":
+        """A new master attempt's state, from the previous attempt's journal.
+
+        Containers are given a heartbeat timeout to reconnect; operators that
+        were being deployed are deployed again (agents ignore a duplicate).
+        """
+        state = cls(spec, snapshot["app_id"], app_path, token, snapshot["start_window_millis"], now)
+        state.attempt = snapshot["attempt"] + 1
+        state.plan = snapshot["plan"]
+        state.committed = snapshot["committed"]
+        state.shutdown_operators = snapshot["shutdown_operators"]
+        state.state = snapshot["state"]
+        state.diagnostics = snapshot["diagnostics"]
+        state.started_millis = snapshot["started_millis"]
+        state.removed = snapshot["removed"]
+        state.errors.extend(snapshot["errors"])
+        state.shutdown_requested = snapshot["shutdown_requested"]
+        for container in state.plan.containers.values():
+            container.last_heartbeat_millis = now
+            container.launch_at = now
+        for op in state.plan.operators.values():
+            if op.state == OperatorState.DEPLOYING:
+                op.state = OperatorState.PENDING_DEPLOY
+                state.plan.containers[op.container].pending_deploy.add(op.id)
+            op.window_advanced_millis = now if op.state == OperatorState.ACTIVE else 0
+        state.event(now, "restore", f"master attempt {state.attempt} resumed from the journal: committed "
+                                    f"window {_w(state.committed)}, {len(state.plan.operators)} operators")
+        return state
 
     # ------------------------------------------------------------ helpers
     def attr(self, name: str) -> Any:
@@ -189,8 +240,11 @@ class MasterState:
         log.info("%s: %s", kind, text)
 
     # ------------------------------------------------------------ startup
+    _now_hint = 0
+
     def start(self, now: int) -> list[Instruction]:
         """Ask for every planned container."""
+        self._now_hint = now
         self.event(now, "plan", f"{len(self.plan.operators)} operators in {len(self.plan.containers)} containers")
         return [self._launch(c) for c in self.plan.containers.values()]
 
@@ -199,6 +253,7 @@ class MasterState:
                               for o in container.operators
                               if self.plan.operators[o].attributes.get("LOCALITY_HOST")}))
         container.state = "PENDING"
+        container.launch_at = self._now_hint
         return LaunchContainer(container.id, container.memory_mb or int(self.attr("CONTAINER_MEMORY_MB") or 1024),
                                container.vcores, hosts)
 
@@ -464,7 +519,13 @@ class MasterState:
             if container.state == "WAITING" and now >= container.launch_at:
                 instructions.append(self._launch(container))
         timeout = int(self.attr("HEARTBEAT_TIMEOUT_MILLIS"))
+        self._now_hint = now
         for container in list(self.plan.containers.values()):
+            if container.state == "PENDING" and container.launch_at and \
+                    now - container.launch_at > max(2 * timeout, 60_000):
+                instructions += self._recover([container.id], now,
+                                              f"{container.id} did not start within {max(2 * timeout, 60_000)} ms",
+                                              kill=True)
             if container.state == "RUNNING" and now - container.last_heartbeat_millis > timeout:
                 instructions += self._recover([container.id], now,
                                               f"no heartbeat from {container.id} for {timeout} ms", kill=True)

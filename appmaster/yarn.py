@@ -75,6 +75,8 @@ STRAM_PACKAGES = ("appmaster", "container", "proto", "scripts")
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".zip")
 #: Default bound on the driver's wait for an unreachable ResourceManager (ms).
 DEFAULT_CONNECT_WAIT_MS = 30000
+#: Exit code of ``prepare-master`` when an earlier attempt already ended the application.
+ALREADY_ENDED = 3
 #: Seconds between two application reports while following a submission.
 FOLLOW_INTERVAL = 2.0
 
@@ -153,8 +155,6 @@ def application_spec(spec: Any, spec_path: str | None = None, *, python_env: str
     """
     import skein
 
-    from appmaster import attributes as attrs
-
     name = spec.name
     uid = uuid.uuid4().hex[:12]
     staging = staging_dir or os.path.join(_stram_home(), "yarn", f"{name}-{uid}")
@@ -195,6 +195,7 @@ def application_spec(spec: Any, spec_path: str | None = None, *, python_env: str
         "# the application id is only known once YARN accepted the submission",
         'export STRAM_APP_ID="${STRAM_APP_ID:-$SKEIN_APPLICATION_ID}"',
         'export STRAM_LOG_DIR="${STRAM_LOG_DIR:-${LOG_DIRS%%,*}}"',
+        "# checks HDFS, stages the spec under APP_PATH; exits 3 when an earlier attempt ended the app",
         f"python -m appmaster.yarn prepare-master {SPEC_FILE}",
         "exec python -m appmaster --launcher yarn",
         ""])
@@ -221,7 +222,6 @@ def application_spec(spec: Any, spec_path: str | None = None, *, python_env: str
         authority = app_path.split("://", 1)[1].split("/", 1)[0]
         if authority:
             file_systems.append(app_path.split("://", 1)[0] + "://" + authority)
-    del attrs  # attribute names are resolved through spec.attribute
     return skein.ApplicationSpec(
         name=name, queue=queue, tags=tags, max_attempts=max_attempts, node_label=node_label,
         file_systems=file_systems, master=master, services=services)
@@ -645,6 +645,10 @@ def _option(args: Any, name: str, env: str) -> str | None:
     return getattr(args, name, None) or os.environ.get(env) or None
 
 
+def _kerberos() -> tuple[str | None, str | None]:
+    return os.environ.get("STRAM_YARN_PRINCIPAL") or None, os.environ.get("STRAM_YARN_KEYTAB") or None
+
+
 def submit(spec: Any, args: Any) -> int:
     """``stram launch --yarn``: submit ``spec`` and follow it unless ``--detach``.
 
@@ -801,7 +805,7 @@ def list_apps(client: Any = None, states: list[str] | None = None) -> list[dict[
         ``started_millis``, ``finished_millis``, ``diagnostics``, ``tags``.
     """
     if client is None:
-        with connect(_option(None, "", "STRAM_YARN_PRINCIPAL"), _option(None, "", "STRAM_YARN_KEYTAB")) as c:
+        with connect(*_kerberos()) as c:
             return list_apps(c, states)
     try:
         reports = client.get_applications(states=states) if states else client.get_applications()
@@ -836,7 +840,7 @@ def kill_app(app_id: str, client: Any = None) -> None:
         YARN refused (unknown application, no permission) or cannot be reached.
     """
     if client is None:
-        with connect(_option(None, "", "STRAM_YARN_PRINCIPAL"), _option(None, "", "STRAM_YARN_KEYTAB")) as c:
+        with connect(*_kerberos()) as c:
             return kill_app(app_id, c)
     try:
         client.kill_application(app_id)
@@ -875,7 +879,9 @@ def admin_url_for(app_id: str, client: Any) -> str:
 
 # ====================================================================== the master's launcher
 
-_EXIT_CODE_RE = re.compile(r"(?i)exit(?:ed with a non-zero exit)? code[: ]+(-?\d+)")
+#: YARN's diagnostics: "Container exited with a non-zero exit code 1", "Exit code: 1",
+#: "Container killed on request. Exit code is 137".
+_EXIT_CODE_RE = re.compile(r"(?i)exit(?:ed with a non-zero exit)? code(?: is)?[: ]+(-?\d+)")
 
 
 def _exit_code(container: Any) -> int | None:
@@ -1291,7 +1297,7 @@ def main(argv: list[str] | None = None) -> int:
         message = f"an earlier attempt already ended this application {ended}"
         print(message, file=sys.stderr)
         _shutdown_current(ended, message)
-        return 0 if ended == "SUCCEEDED" else 1
+        return ALREADY_ENDED
     return 0
 
 

@@ -286,6 +286,12 @@ class Agent:
         ctx = self.context
         assert ctx is not None
         created: list[Node] = []
+        duplicates = [i for i in infos if i.id in self.nodes or i.id in self.finished]
+        if duplicates:  # a new master attempt re-sending what this container runs already
+            log.warning("ignoring deploy of running operators %s", [i.id for i in duplicates])
+            infos = [i for i in infos if i not in duplicates]
+            if not infos:
+                return
         for info in infos:
             try:
                 created.append(self._create(info))

@@ -186,21 +186,33 @@ def launch(args: argparse.Namespace) -> int:
     env = dict(os.environ, STRAM_TOKEN=token, STRAM_HOST="127.0.0.1")
     here = os.getcwd()
     env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    with open(os.path.join(app_path, "logs", "master.out"), "ab") as out:
-        master = subprocess.Popen(
-            [sys.executable, "-m", "appmaster", "--app-path", f"file://{app_path}", "--app-id", app_id],
-            env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, cwd=here)
+    def start_master() -> subprocess.Popen:
+        with open(os.path.join(app_path, "logs", "master.out"), "ab") as out:
+            return subprocess.Popen(
+                [sys.executable, "-m", "appmaster", "--app-path", f"file://{app_path}", "--app-id", app_id],
+                env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, cwd=here)
+
+    master = start_master()
     print(f"launched {spec.name} as {app_id}", file=sys.stderr)
     print(f"  app path: {app_path}", file=sys.stderr)
     if args.detach:
         print(app_id)
         return 0
-    return follow(app_id, app_path, master, args.duration)
+    return follow(app_id, master, args.duration, restart=start_master)
 
 
-def follow(app_id: str, app_path: str, master: subprocess.Popen, duration: float | None) -> int:
-    """Show progress until the application ends; Ctrl-C kills it."""
+#: Master attempts in a foreground local launch (YARN's default max_attempts is 2 as well).
+MASTER_ATTEMPTS = 2
+
+
+def follow(app_id: str, master: subprocess.Popen, duration: float | None,
+           restart: Callable[[], subprocess.Popen] | None = None) -> int:
+    """Show progress until the application ends; Ctrl-C kills it.
+
+    A master that dies without a final state is started again (a new attempt
+    resumes from its journal), up to MASTER_ATTEMPTS attempts in all.
+    """
     interrupted = []
     previous = signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
     previous_term = signal.signal(signal.SIGTERM, lambda *_: interrupted.append(True))
@@ -208,9 +220,18 @@ def follow(app_id: str, app_path: str, master: subprocess.Popen, duration: float
     shutdown_sent = False
     last_line = ""
     last_print = -10.0
+    attempts = 1
     tty = sys.stderr.isatty()
     try:
-        while master.poll() is None:
+        while True:
+            if master.poll() is not None:
+                written = _read_json(os.path.join(apps_dir(), app_id, "status.json")) or {}
+                if written.get("state") in TERMINAL or restart is None or attempts >= MASTER_ATTEMPTS:
+                    break
+                attempts += 1
+                print(f"\nthe application master exited ({master.returncode}) without a final state; "
+                      f"starting attempt {attempts}", file=sys.stderr)
+                master = restart()
             if interrupted:
                 print("\ninterrupted: killing the application", file=sys.stderr)
                 master.send_signal(signal.SIGTERM)
