@@ -74,6 +74,8 @@ class PTOperator:
     last_error: str = ""
     #: Wall-clock millis when current_window last advanced.
     window_advanced_millis: int = 0
+    #: AT_MOST_ONCE recovery: subscribe from this window instead of replaying.
+    resume_window: int = 0
 
     @property
     def label(self) -> str:

@@ -293,6 +293,10 @@ class MasterState:
             container.buffer_server = (hb.buffer_server_host, hb.buffer_server_port)
             container.host = hb.buffer_server_host
         container.memory_used_mb = hb.memory_mb_used  # type: ignore[attr-defined]
+        container.publishers = {p.publisher: {"memory_bytes": p.memory_bytes, "spilled_bytes": p.spilled_bytes,
+                                              "windows": p.windows, "first_window": p.first_window,
+                                              "last_window": p.last_window}
+                                for p in hb.publishers}  # type: ignore[attr-defined]
         reported = set()
         for ohb in hb.container_stats.operators:
             reported.add(ohb.node_id)
@@ -319,6 +323,8 @@ class MasterState:
             response.undeploy_request.append(ohb.node_id)
             self.event(now, "undeploy", f"operator {ohb.node_id} reported by {container.id} is not planned there")
             return []
+        if op.state == OperatorState.PENDING_DEPLOY:
+            return []  # a report of the incarnation being replaced (its undeploy is on the way)
         if op.state == OperatorState.SHUTDOWN and ohb.state == proto.OperatorHeartbeat.ACTIVE:
             return []  # late report from before the shutdown
         for saved in ohb.saved_checkpoints:
@@ -400,6 +406,8 @@ class MasterState:
             info.properties[k] = json.dumps(v)
         for k, v in op.attributes.items():
             info.context_attributes[k] = json.dumps(v)
+        if op.resume_window > op.recovery_checkpoint + 1:
+            info.context_attributes["RESUME_FROM_WINDOW"] = json.dumps(op.resume_window)
         token = self.token.encode()
         for inp in op.inputs:
             src = plan.operators[inp.source_id]
@@ -590,6 +598,11 @@ class MasterState:
                 self._resets[old.id].update(f"{op_id}.{port}" for port in op.outputs)
                 old.pending_deploy.add(op_id)
             op.state = OperatorState.PENDING_DEPLOY
+            if op.attributes.get("PROCESSING_MODE", self.attr("PROCESSING_MODE")) == "AT_MOST_ONCE":
+                # skip what was missed: resume after the newest window any upstream finished
+                latest = [self.plan.operators[u].current_window for u in self.plan.upstream(op_id)
+                          if u not in affected]
+                op.resume_window = max(latest, default=0) + 1 if latest else 0
             op.checkpoints = [c for c in op.checkpoints if c <= op.recovery_checkpoint]
             op.current_window = op.recovery_checkpoint
             op.window_advanced_millis = 0
@@ -728,6 +741,7 @@ class MasterState:
                  "buffer_server": f"{c.buffer_server[0]}:{c.buffer_server[1]}" if c.buffer_server else "",
                  "operators": sorted(self.plan.operators[o].label for o in c.operators if o in self.plan.operators),
                  "memory_mb_used": getattr(c, "memory_used_mb", 0),
+                 "buffer_server_publishers": getattr(c, "publishers", {}),
                  "last_heartbeat_millis": c.last_heartbeat_millis}
                 for c in self.plan.containers.values()]
 

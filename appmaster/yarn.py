@@ -33,6 +33,7 @@ import os
 import re
 import secrets
 import shutil
+import subprocess
 import sys
 import sysconfig
 import tempfile
@@ -54,7 +55,9 @@ __all__ = [
     "STRAM_TAG", "CONTAINER_SERVICE", "DEFAULT_MAX_ATTEMPTS",
     "application_spec", "submit", "connect", "hadoop_conf_overlay", "find_hadoop_conf_dir",
     "YarnLauncher", "check_hdfs", "find_libhdfs", "list_apps", "kill_app", "admin_url_for",
-    "current_app_id", "local_path_warnings", "main",
+    "direct_admin_url", "admin_request",
+    "current_app_id", "local_path_warnings", "qualify_hdfs", "container_shapes", "application_modules",
+    "prepare_master", "follow", "main",
 ]
 
 #: Every stram application carries this YARN application tag (``list_apps`` filters on it).
@@ -87,7 +90,16 @@ _YARN_TERMINAL = ("FINISHED", "FAILED", "KILLED")
 
 
 def _cli_error(message: str) -> Exception:
-    """A ``scripts.cli.CLIError`` (imported late: the CLI imports this module late too)."""
+    """A ``scripts.cli.CLIError`` (imported late: the CLI imports this module late too).
+
+    Under ``python -m scripts.cli`` the CLI module is ``__main__``, a second
+    copy whose ``except CLIError`` would not catch ``scripts.cli.CLIError``:
+    use that copy's class then.
+    """
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name == "scripts.cli" and hasattr(main, "CLIError"):
+        return main.CLIError(message)
     from scripts.cli import CLIError
     return CLIError(message)
 
@@ -125,7 +137,8 @@ def application_spec(spec: Any, spec_path: str | None = None, *, python_env: str
     app_path:
         The application directory URI (``APP_PATH``). Default:
         ``$STRAM_YARN_APPS_DIR/<name>-<uuid>``, with the apps directory
-        defaulting to ``hdfs:///user/<user>/.stram/apps``.
+        defaulting to ``hdfs:///user/<user>/.stram/apps``. An ``hdfs:///``
+        path gets the NameNode of ``fs.defaultFS`` (:func:`qualify_hdfs`).
     node_label:
         YARN node label expression for the master and the containers
         (default ``$STRAM_YARN_NODE_LABEL``).
@@ -159,7 +172,7 @@ def application_spec(spec: Any, spec_path: str | None = None, *, python_env: str
     uid = uuid.uuid4().hex[:12]
     staging = staging_dir or os.path.join(_stram_home(), "yarn", f"{name}-{uid}")
     os.makedirs(staging, exist_ok=True)
-    app_path = app_path or _default_app_path(name, uid, principal)
+    app_path = qualify_hdfs(app_path or _default_app_path(name, uid, principal))
     token = token or secrets.token_hex(16)
     node_label = node_label if node_label is not None else os.environ.get("STRAM_YARN_NODE_LABEL", "")
     queue = queue or spec.attribute("QUEUE") or "default"
@@ -309,6 +322,23 @@ def _hadoop_user(principal: str | None) -> str:
 def _default_app_path(name: str, uid: str, principal: str | None) -> str:
     root = os.environ.get("STRAM_YARN_APPS_DIR") or f"hdfs:///user/{_hadoop_user(principal)}/.stram/apps"
     return f"{root.rstrip('/')}/{name}-{uid}"
+
+
+def qualify_hdfs(uri: str, conf_dir: str | None = None) -> str:
+    """``hdfs:///path`` with the NameNode of ``fs.defaultFS`` filled in, when the configuration names one.
+
+    pyarrow turns a URI without an authority into the NameNode ``hdfs://``,
+    which Hadoop rejects; the cluster's default file system (from
+    core-site.xml in the Hadoop configuration directory) makes it explicit:
+    ``hdfs://nn.example.com:8020/path`` or, with HA, ``hdfs://nameservice/path``.
+    Other URIs come back unchanged.
+    """
+    if not uri.startswith("hdfs:///"):
+        return uri
+    conf_dir = conf_dir or find_hadoop_conf_dir()
+    default_fs = _read_site(os.path.join(conf_dir, "core-site.xml")).get("fs.defaultFS", "") if conf_dir else ""
+    authority = default_fs.split("://", 1)[1].split("/", 1)[0] if default_fs.startswith("hdfs://") else ""
+    return f"hdfs://{authority}/{uri[len('hdfs:///'):]}" if authority else uri
 
 
 def _python_environment(python_env: str | None, skein: Any) -> tuple[dict[str, Any], str]:
@@ -466,8 +496,13 @@ def hadoop_conf_overlay(conf_dir: str, dest: str, *, connect_wait_ms: int | None
     str
         ``dest``, for ``HADOOP_CONF_DIR`` of the driver.
     """
-    shutil.copytree(conf_dir, dest, dirs_exist_ok=True)
+    try:
+        shutil.copytree(conf_dir, dest, dirs_exist_ok=True, ignore_dangling_symlinks=True)
+    except shutil.Error as exc:  # e.g. a keytab only its owner may read: not needed by the client
+        log.debug("parts of %s were not copied: %s", conf_dir, exc)
     site_path = os.path.join(dest, "yarn-site.xml")
+    if os.path.isfile(os.path.join(conf_dir, "yarn-site.xml")) and not os.path.isfile(site_path):
+        raise _cli_error(f"cannot read {conf_dir}/yarn-site.xml; check its permissions")
     user = {**_read_site(os.path.join(dest, "core-site.xml")), **_read_site(site_path)}
     forced = connect_wait_ms if connect_wait_ms is not None else (
         int(os.environ["STRAM_YARN_CONNECT_WAIT_MS"]) if os.environ.get("STRAM_YARN_CONNECT_WAIT_MS") else None)
@@ -585,7 +620,10 @@ def connect(principal: str | None = None, keytab: str | None = None, *,
     log_path = log_path or os.path.join(work, "driver.log")
     client = None
     try:
-        with _environ(HADOOP_CONF_DIR=overlay, YARN_CONF_DIR=overlay):
+        conf_vars = {"HADOOP_CONF_DIR": overlay}
+        if os.environ.get("YARN_CONF_DIR"):  # only where set: Hadoop 3's scripts warn about it
+            conf_vars["YARN_CONF_DIR"] = overlay
+        with _environ(**conf_vars):
             try:
                 client = skein.Client(principal=principal, keytab=keytab, log=log_path)
             except Exception as exc:  # noqa: BLE001 - every way the driver fails gets one message
@@ -618,6 +656,10 @@ def _translate(exc: BaseException, doing: str, conf_dir: str | None = None,
     if isinstance(exc, FileNotFoundError) and "yarn" in text:
         return _cli_error(f"{doing}: the `yarn` command could not be run ({text}); put the Hadoop "
                           f"client's bin directory on PATH")
+    if isinstance(exc, subprocess.CalledProcessError) and "classpath" in str(exc.cmd):
+        return _cli_error(f"{doing}: `{' '.join(exc.cmd)}` failed with exit code {exc.returncode}; "
+                          f"check that the `yarn` on PATH belongs to a working Hadoop client "
+                          f"(try running it yourself)")
     if isinstance(exc, FileNotFoundError) and "java" in text:
         return _cli_error(f"{doing}: Java could not be run ({text}); export JAVA_HOME=/path/to/jdk")
     if re.search(r"ConnectException|Connection refused|UnknownHost|NoRouteToHost|"
@@ -747,15 +789,15 @@ def follow(client: Any, app_id: str, duration: float | None = None,
                 shutdown_sent = True
                 print(f"--duration {duration:g}s reached: shutting {app_id} down", file=sys.stderr)
                 try:
-                    _admin(admin_url_for(app_id, client), "shutdown", "POST")
+                    admin_request(app_id, client, "shutdown", "POST")
                 except Exception as exc:  # noqa: BLE001
-                    print(f"warning: graceful shutdown through the YARN proxy failed ({exc}); "
-                          f"killing the application", file=sys.stderr)
+                    print(f"warning: graceful shutdown failed ({exc}); killing the application",
+                          file=sys.stderr)
                     client.kill_application(app_id)
             line = f"[{elapsed:6.1f}s] {state} progress={report.progress:.0%}"
             if state == "RUNNING" and report.tracking_url:
                 with contextlib.suppress(Exception):
-                    info = _admin(admin_url_for(app_id, client), "info", timeout=3.0)
+                    info = admin_request(app_id, client, "info", timeout=3.0)
                     line += (f" operators={info.get('operators')} containers={info.get('containers')}"
                              f" committed={info.get('committed_window_hex')}")
             if line != last:
@@ -776,12 +818,62 @@ def follow(client: Any, app_id: str, duration: float | None = None,
     return 0 if final == "SUCCEEDED" else 1
 
 
-def _admin(base: str, path: str, method: str = "GET", timeout: float = 10.0) -> Any:
-    req = urllib.request.Request(base.rstrip("/") + "/ws/v2/stram/" + path, method=method,
-                                 data=b"{}" if method != "GET" else None,
+def _admin(base: str, path: str, method: str = "GET", timeout: float = 10.0,
+           body: dict | None = None) -> Any:
+    data = json.dumps(body or {}).encode() if method != "GET" else None
+    req = urllib.request.Request(base.rstrip("/") + "/ws/v2/stram/" + path, method=method, data=data,
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout) as resp:
         return json.loads(resp.read() or b"null")
+
+
+def direct_admin_url(app_id: str, client: Any) -> str | None:
+    """The master's own admin URL (``http://node:port``), from the Skein web UI's page ``stram``.
+
+    Asks the Skein application master over its gRPC address (``client.connect``);
+    None when it cannot be reached or the page is not registered yet.
+    """
+    try:
+        app = client.connect(app_id, wait=False)
+        page = app.ui.get_pages().get("stram")
+    except Exception as exc:  # noqa: BLE001
+        log.debug("no direct admin URL for %s: %s", app_id, exc)
+        return None
+    return getattr(page, "target", None)
+
+
+def admin_request(app_id: str, client: Any, path: str, method: str = "GET", body: dict | None = None,
+                  timeout: float = 10.0) -> Any:
+    """Call a YARN application's admin API (``/ws/v2/stram/<path>``); the parsed JSON answer.
+
+    GET goes through the YARN web proxy (:func:`admin_url_for`). YARN's proxy
+    forwards only GET and PUT, so POST and DELETE go to the master directly
+    (:func:`direct_admin_url`), falling back to the proxy.
+
+    Raises
+    ------
+    scripts.cli.CLIError
+        The application is not running, or neither route answered.
+    """
+    proxied = admin_url_for(app_id, client)
+    routes = [proxied] if method == "GET" else [u for u in (direct_admin_url(app_id, client), proxied) if u]
+    problems = []
+    for base in routes:
+        try:
+            return _admin(base, path, method, timeout=timeout, body=body)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 405 and base == proxied:
+                problems.append(f"{base}: the YARN web proxy does not forward {method}")
+                continue
+            try:
+                detail = json.loads(exc.read()).get("error", exc.reason)
+            except (ValueError, AttributeError):
+                detail = exc.reason
+            raise _cli_error(f"{method} {path} on {app_id}: {detail}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            problems.append(f"{base}: {getattr(exc, 'reason', exc)}")
+    raise _cli_error(f"the master of {app_id} did not answer {method} {path} ("
+                     + "; ".join(problems) + "); is the node reachable from here?")
 
 
 # ====================================================================== list / kill / admin URL

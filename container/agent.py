@@ -94,6 +94,8 @@ class Agent:
         self.finished: dict[int, Node] = {}
         #: Operators whose deploy failed: reported FAILED once, then forgotten.
         self.failed_deploys: dict[int, str] = {}
+        #: Operators whose SHUTDOWN the last heartbeat carried.
+        self._reported_shutdown: set[int] = set()
         self.committed = -1
         self.buffer_server: BufferServer | None = None
         self.buffer_address = ("", 0)
@@ -180,13 +182,24 @@ class Agent:
         now = int(time.time() * 1000)
         stats = proto.ContainerStats(container_id=self.container_id)
         for node in list(self.nodes.values()):
-            stats.operators.append(self._operator_heartbeat(node, now))
+            ohb = self._operator_heartbeat(node, now)
+            stats.operators.append(ohb)
+            if ohb.state == proto.OperatorHeartbeat.SHUTDOWN:
+                self._reported_shutdown.add(node.id)
         for op_id, error in list(self.failed_deploys.items()):
             stats.operators.append(proto.OperatorHeartbeat(
                 node_id=op_id, generated_tms=now, state=proto.OperatorHeartbeat.FAILED, error=error))
             del self.failed_deploys[op_id]
         mem = psutil.virtual_memory()
+        publishers = []
+        if self.buffer_server is not None:
+            for pub, st in self.buffer_server.stats().items():
+                publishers.append(proto.PublisherStats(
+                    publisher=pub, memory_bytes=st.get("memory_bytes", 0), spilled_bytes=st.get("spilled_bytes", 0),
+                    windows=st.get("windows", 0), first_window=st.get("first_window") or 0,
+                    last_window=st.get("last_window") or 0))
         return proto.ContainerHeartbeat(
+            publishers=publishers,
             container_id=self.container_id,
             buffer_server_host=self.buffer_address[0], buffer_server_port=self.buffer_address[1],
             jvm_name=f"{os.getpid()}@{socket.gethostname()}",
@@ -232,10 +245,11 @@ class Agent:
         """Carry out a heartbeat response; True when the container should exit."""
         if r.heartbeat_interval_millis:
             self.interval = r.heartbeat_interval_millis / 1000
-        # Reported SHUTDOWN once: from now on the operator is not reported.
-        for node in list(self.nodes.values()):
-            if node.state == NodeState.SHUTDOWN:
-                self.finished[node.id] = self.nodes.pop(node.id)
+        # Reported SHUTDOWN once (in the heartbeat this answers): not reported again.
+        for op_id in list(self._reported_shutdown):
+            self._reported_shutdown.discard(op_id)
+            if op_id in self.nodes:
+                self.finished[op_id] = self.nodes.pop(op_id)
         if r.committed_window_id > self.committed:
             self.committed = r.committed_window_id
             for node in self.nodes.values():
@@ -247,11 +261,11 @@ class Agent:
                 self._safe(node, node.operator.committed, self.committed)
             if self.buffer_server is not None:
                 self.buffer_server.purge("", self.committed - 1)
+        for op_id in r.undeploy_request:
+            self._undeploy(op_id)
         for pub in r.reset_publishers:
             if self.buffer_server is not None:
                 self.buffer_server.reset(pub)
-        for op_id in r.undeploy_request:
-            self._undeploy(op_id)
         if r.deploy_request:
             self._deploy(list(r.deploy_request))
         for req in r.node_requests:
@@ -362,8 +376,10 @@ class Agent:
                     out.add_sink(QueueSink(node, src))
                 continue
             codec = get_codec(inp.stream_codecs.get(0, "pickle"))
+            # AT_MOST_ONCE recovery skips the windows missed while down
+            start = max(node.current_window + 1, int(node.context.attributes.get("RESUME_FROM_WINDOW", 0)))
             sub = Subscriber(inp.buffer_server_host, inp.buffer_server_port, inp.buffer_server_token,
-                             f"{inp.source_node_id}.{inp.source_port_name}", node.current_window + 1,
+                             f"{inp.source_node_id}.{inp.source_port_name}", start,
                              mask=inp.partition_mask, keys=list(inp.partition_keys))
             node.remote_inputs.append(sub)
             threading.Thread(target=_feed, args=(sub, node, src, codec), daemon=True,

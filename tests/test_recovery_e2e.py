@@ -1,0 +1,190 @@
+"""Recovery end to end: containers and masters killed with SIGKILL, output still exact."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from conftest import ROOT, read_counts, word_truth
+from scripts import cli
+from test_e2e_local import app_processes, launch_detached, running_operators, wait_until
+
+pytestmark = pytest.mark.slow
+
+MOBY = ROOT / "specs" / "data" / "moby-dick.txt"
+FAST = ["-D", "STREAMING_WINDOW_SIZE_MILLIS=100", "-D", "HEARTBEAT_INTERVAL_MILLIS=300",
+        "-D", "CHECKPOINT_WINDOW_COUNT=5"]
+
+
+def container_pid(app_id: str, container_id: str) -> int | None:
+    for proc in app_processes(app_id):
+        try:
+            if proc.environ().get("STRAM_CONTAINER_ID") == container_id:
+                return proc.pid
+        except psutil.NoSuchProcess:
+            continue
+    return None
+
+
+def kill_random_containers(app_id: str, kills: int, seed: int, spacing: tuple[float, float]) -> list[str]:
+    """SIGKILL ``kills`` running containers at random times; the ids killed."""
+    rng = random.Random(seed)
+    killed = []
+    for _ in range(kills):
+        time.sleep(rng.uniform(*spacing))
+        rows = cli.admin(cli.find_app(app_id), "containers")["containers"]
+        running = [r["id"] for r in rows if r["state"] == "RUNNING" and r["operators"]]
+        if not running:
+            break
+        victim = rng.choice(running)
+        pid = container_pid(app_id, victim)
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(victim)
+        wait_until(lambda: running_operators(app_id) == len(cli.admin(cli.find_app(app_id), "operators")["operators"]),
+                   timeout=60, what="recovery")
+    return killed
+
+
+@pytest.mark.parametrize("mode", ["EXACTLY_ONCE", "AT_LEAST_ONCE"])
+def test_chaos_wordcount(tmp_path, mode):
+    """214,620 words; three containers SIGKILLed at random times during the run."""
+    out = tmp_path / "out"
+    seed = int(os.environ.get("STRAM_CHAOS_SEED", "20261122")) + len(mode)
+    app_id = launch_detached("specs/wordcount.yaml", *FAST, "-D", f"PROCESSING_MODE={mode}",
+                             "-D", f"operators.reader.path={MOBY}", "-D", "operators.reader.lines_per_window=120",
+                             "-D", "operators.count.partitions=2", "-D", f"operators.out.path={out}")
+    wait_until(lambda: running_operators(app_id) == 6, what="all operators running")
+    killed = kill_random_containers(app_id, 3, seed, (2.0, 5.0))
+    assert len(killed) == 3, f"seed {seed}: killed only {killed}"
+    assert cli.main(["wait", app_id, "--timeout", "240"]) == 0, f"seed {seed}"
+    info = cli.find_app(app_id)
+    truth = word_truth(MOBY)
+    sums, maxima, _ = read_counts(out)
+    assert maxima == dict(truth), f"seed {seed}: totals differ"
+    if mode == "EXACTLY_ONCE":
+        assert sums == truth, f"seed {seed}: counts differ"
+    else:
+        assert all(sums[k] >= n for k, n in truth.items()), f"seed {seed}: a count fell short"
+    assert info["state"] == "SUCCEEDED"
+
+
+def test_master_killed_and_new_attempt_finishes(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "scripts.cli", "launch", "specs/wordcount.yaml", *FAST,
+         "-D", f"operators.reader.path={MOBY}", "-D", "operators.reader.lines_per_window=150",
+         "-D", "operators.count.partitions=2", "-D", f"operators.out.path={out}"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        app_id = wait_until(lambda: cli.local_apps() and cli.local_apps()[0]["id"], what="the app")
+        wait_until(lambda: running_operators(app_id) == 6, what="all operators running")
+        time.sleep(3)
+        app = cli.find_app(app_id)
+        admin = json.loads(open(os.path.join(app["app_path"], "admin.json")).read())
+        os.kill(admin["pid"], signal.SIGKILL)
+        _, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "starting attempt 2" in err
+    master_log = open(os.path.join(cli.find_app(app_id)["app_path"], "logs", "master.log")).read()
+    assert "master attempt 2 resumed from the journal" in master_log
+    truth = word_truth(MOBY)
+    sums, maxima, _ = read_counts(out)
+    assert sums == truth and maxima == dict(truth)
+
+
+def test_buffers_purged_and_old_checkpoints_deleted(tmp_path):
+    out = tmp_path / "out"
+    app_id = launch_detached("specs/wordcount.yaml", *FAST, "-D", f"operators.reader.path={MOBY}",
+                             "-D", "operators.reader.lines_per_window=20", "-D", f"operators.out.path={out}")
+    wait_until(lambda: running_operators(app_id) == 4, what="all operators running")
+    app = cli.find_app(app_id)
+    first = cli.admin(app, "info")["committed_window"]
+    wait_until(lambda: cli.admin(app, "info")["committed_window"] > first + 20, timeout=60,
+               what="the committed window to advance")
+    time.sleep(1.0)  # a heartbeat carries the purge out and reports the buffers
+    info = cli.admin(app, "info")
+    committed = info["committed_window"]
+    publishers = {}
+    for row in cli.admin(app, "containers")["containers"]:
+        publishers.update(row["buffer_server_publishers"])
+    assert publishers, "no buffer-server publishers reported"
+    for name, stats in publishers.items():
+        # windows <= committed - 1 are gone (the oldest held is newer); newer ones are kept
+        assert stats["windows"] == 0 or stats["first_window"] >= committed - 1 - 5, (name, stats, committed)
+        assert stats["first_window"] > first, (name, stats, first)
+    spool_dirs = list((tmp_path.parent).glob("nothing"))  # spill files: checked in test_bufferserver
+    assert not spool_dirs
+    ckpt_root = os.path.join(app["app_path"], "checkpoints")
+    for op_dir in os.listdir(ckpt_root):
+        windows = sorted(int(w) for w in os.listdir(os.path.join(ckpt_root, op_dir)) if w.isdigit())
+        rec = [r for r in cli.admin(app, "operators")["operators"] if str(r["id"]) == op_dir]
+        if rec:
+            assert all(w >= rec[0]["recovery_checkpoint"] for w in windows[:-3]), (op_dir, windows, rec)
+        assert len(windows) <= 6, f"old checkpoints of operator {op_dir} not deleted: {len(windows)}"
+    assert cli.main(["kill-app", app_id]) == 0
+
+
+def test_kill_container_command_recovers(tmp_path, capsys):
+    out = tmp_path / "out"
+    app_id = launch_detached("specs/wordcount.yaml", *FAST, "-D", f"operators.reader.path={MOBY}",
+                             "-D", "operators.reader.lines_per_window=300", "-D", f"operators.out.path={out}")
+    wait_until(lambda: running_operators(app_id) == 4, what="all operators running")
+    victim = next(r["id"] for r in cli.admin(cli.find_app(app_id), "containers")["containers"]
+                  if "count" in r["operators"])
+    assert cli.main(["kill-container", app_id, victim]) == 0
+    assert cli.main(["wait", app_id, "--timeout", "180"]) == 0
+    capsys.readouterr()
+    truth = word_truth(MOBY)
+    sums, maxima, _ = read_counts(out)
+    assert sums == truth and maxima == dict(truth)
+    status = json.loads(open(os.path.join(cli.find_app(app_id)["app_path"], "status.json")).read())
+    assert status["state"] == "SUCCEEDED"
+
+
+def test_recovery_attempts_exhausted_fails_with_diagnostic(tmp_path, capsys):
+    spec = tmp_path / "boom.yaml"
+    spec.write_text(f"""
+name: boom
+attributes: {{STREAMING_WINDOW_SIZE_MILLIS: 100, HEARTBEAT_INTERVAL_MILLIS: 300, RECOVERY_ATTEMPTS: 2}}
+operators:
+  reader: {{class: "container.operators.io:LineReader", properties: {{path: "{MOBY}", lines_per_window: 10}}}}
+  boom: {{class: "tests.e2e_ops:Boom", properties: {{after: 30}}}}
+  out: {{class: "container.operators.io:JsonLinesOutput", properties: {{path: "{tmp_path / 'out'}"}}}}
+streams:
+  a: {{from: reader.output, to: [boom.input]}}
+  b: {{from: boom.output, to: [out.input]}}
+""")
+    assert cli.main(["launch", str(spec)]) == 1
+    app = cli.local_apps()[0]
+    assert app["state"] == "FAILED"
+    assert "boom" in app["diagnostics"] and "RECOVERY_ATTEMPTS=2" in app["diagnostics"]
+    assert "ValueError: boom after 30 tuples" in app["diagnostics"]
+
+
+def test_fatal_error_fails_without_recovery(tmp_path):
+    spec = tmp_path / "fatal.yaml"
+    spec.write_text(f"""
+name: fatal
+attributes: {{STREAMING_WINDOW_SIZE_MILLIS: 100, HEARTBEAT_INTERVAL_MILLIS: 300}}
+operators:
+  reader: {{class: "container.operators.io:LineReader", properties: {{path: "{MOBY}", lines_per_window: 10}}}}
+  boom: {{class: "tests.e2e_ops:Boom", properties: {{after: 5, fatal: true}}}}
+streams:
+  a: {{from: reader.output, to: [boom.input]}}
+""")
+    assert cli.main(["launch", str(spec)]) == 1
+    app = cli.local_apps()[0]
+    assert app["state"] == "FAILED" and "failed fatally" in app["diagnostics"]
+    assert "boom after 5 tuples (fatal)" in app["diagnostics"]
