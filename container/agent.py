@@ -96,6 +96,8 @@ class Agent:
         self.failed_deploys: dict[int, str] = {}
         #: Operators whose SHUTDOWN the last heartbeat carried.
         self._reported_shutdown: set[int] = set()
+        #: Last windows of upstream operators, for operators reading their inputs themselves.
+        self.upstream_windows: dict[int, int] = {}
         self.committed = -1
         self.buffer_server: BufferServer | None = None
         self.buffer_address = ("", 0)
@@ -245,6 +247,8 @@ class Agent:
         """Carry out a heartbeat response; True when the container should exit."""
         if r.heartbeat_interval_millis:
             self.interval = r.heartbeat_interval_millis / 1000
+        if r.upstream_windows:
+            self.upstream_windows = dict(r.upstream_windows)
         # Reported SHUTDOWN once (in the heartbeat this answers): not reported again.
         for op_id in list(self._reported_shutdown):
             self._reported_shutdown.discard(op_id)
@@ -346,7 +350,8 @@ class Agent:
             partition_count=max(info.partition_count, 1), attributes=attrs,
             app_path=self.app_path, app_id=ctx.app_id, work_dir=self.work_dir,
             checkpoint_window=checkpoint, streaming_window_size_millis=ctx.streaming_window_size_millis,
-            log=lambda msg, _id=info.id: self.log(f"operator {_id}: {msg}"))
+            log=lambda msg, _id=info.id: self.log(f"operator {_id}: {msg}"),
+            upstream_windows=lambda: dict(self.upstream_windows))
         node = Node(info.id, info.name, operator, context, _KIND[info.type], checkpoint, count,
                     fs.join(self.app_path, "checkpoints"),
                     exactly_once=attrs.get("PROCESSING_MODE") == "EXACTLY_ONCE")

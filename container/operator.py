@@ -82,6 +82,9 @@ class OperatorContext:
     #: For operators with ``external_inputs``: declare everything up to a window
     #: durable (saves the state as that window's checkpoint).
     report_checkpoint: Callable[[int], None] = lambda window_id: None
+    #: For operators with ``external_inputs``: the last window each upstream
+    #: operator finished, as the master last saw it (operator id -> window id).
+    upstream_windows: Callable[[], dict[int, int]] = lambda: {}
 
 
 class _Port:
