@@ -41,7 +41,7 @@ def create_app(master: Any) -> Flask:
     def plan():  # noqa: ANN202
         return jsonify(locked(master.state.plan.to_dict))
 
-    @app.delete("/ws/v2/stram/containers/<container_id>")
+    @app.route("/ws/v2/stram/containers/<container_id>", methods=["DELETE", "PUT"])
     def kill_container(container_id: str):  # noqa: ANN202
         import time
         try:
@@ -52,17 +52,17 @@ def create_app(master: Any) -> Flask:
         master.execute(instructions)
         return jsonify({"killed": container_id})
 
-    @app.post("/ws/v2/stram/shutdown")
+    @app.route("/ws/v2/stram/shutdown", methods=["POST", "PUT"])
     def shutdown():  # noqa: ANN202
         master.request_shutdown()
         return jsonify({"shutdown": "requested"})
 
-    @app.post("/ws/v2/stram/kill")
+    @app.route("/ws/v2/stram/kill", methods=["POST", "PUT"])
     def kill():  # noqa: ANN202
         master.request_kill()
         return jsonify({"kill": "requested"})
 
-    @app.post("/ws/v2/stram/operators/<name>/partitions")
+    @app.route("/ws/v2/stram/operators/<name>/partitions", methods=["POST", "PUT"])
     def scale(name: str):  # noqa: ANN202
         body = request.get_json(silent=True) or {}
         scale_fn = getattr(master, "scale", None)

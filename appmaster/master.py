@@ -102,6 +102,9 @@ class AppMaster:
         self.server, self.port = create_server(servicer, host="0.0.0.0", port=0)
         from appmaster.admin import start_admin
         self.admin, self.admin_url = start_admin(self, self.host)
+        register = getattr(self.launcher, "register_ui", None)
+        if register is not None:
+            register(self.admin_url)
         fs.write_atomic(fs.join(self.app_path, "admin.json"), json.dumps(
             {"url": self.admin_url, "pid": os.getpid(), "host": self.host}).encode())
         # containers find the master here; written last, once everything serves
@@ -149,6 +152,10 @@ class AppMaster:
                     self.execute(self.state.kill(_now()))
             if time.monotonic() - last_status > 1.0:
                 self.write_status()
+                with self.lock:
+                    done = len(self.state.removed)
+                    total = done + len(self.state.plan.operators)
+                self.launcher.set_progress(done / total if total else 1.0)
                 last_status = time.monotonic()
             if self.state.state != "RUNNING" and not self.finished.is_set():
                 self._wait_for_containers()

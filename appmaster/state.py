@@ -77,25 +77,41 @@ def recovery_checkpoints(plan: PhysicalPlan, initial: int) -> dict[int, int]:
             for member in group:
                 groups[member] = group
     downstream = {op_id: plan.downstream(op_id) for op_id in ops}
-    rec = {op_id: (ops[op_id].checkpoints[-1] if ops[op_id].checkpoints else initial) for op_id in ops}
+
+    def ended(m: int) -> int | None:
+        """The window a shut-down operator ended at (its state no longer changes after it)."""
+        op = ops[m]
+        return op.shutdown_window if op.state == OperatorState.SHUTDOWN else None
+
+    def acceptable(c: int, m: int) -> bool:
+        w = ended(m)
+        return c in ops[m].checkpoints or (w is not None and c >= w and w in ops[m].checkpoints)
+
+    group_value: dict[frozenset[int], int] = {}
+    for group in set(groups.values()):
+        candidates = {c for m in group for c in ops[m].checkpoints}
+        group_value[group] = max((c for c in candidates if all(acceptable(c, m) for m in group)),
+                                 default=initial)
+
+    def member_value(m: int) -> int:
+        value = group_value[groups[m]]
+        w = ended(m)
+        return min(value, w) if w is not None and value != initial else value
+
     changed = True
     while changed:
         changed = False
-        for op_id in reversed(plan.topological()):
-            group = groups[op_id]
-            limit = min((rec[d] for m in group for d in downstream[m] if d not in group),
+        for group in set(groups.values()):
+            limit = min((member_value(d) for m in group for d in downstream[m] if d not in group),
                         default=None)
-            common = set(ops[op_id].checkpoints)
-            for m in group:
-                common &= set(ops[m].checkpoints)
-            candidates = [c for c in common if limit is None or c <= limit]
-            value = max(candidates, default=initial)
-            value = min(value, min(rec[m] for m in group))
-            for m in group:
-                if rec[m] != value:
-                    rec[m] = value
-                    changed = True
-    return rec
+            candidates = {c for m in group for c in ops[m].checkpoints}
+            value = max((c for c in candidates if (limit is None or c <= limit)
+                         and all(acceptable(c, m) for m in group)), default=initial)
+            value = min(value, group_value[group])
+            if value != group_value[group]:
+                group_value[group] = value
+                changed = True
+    return {op_id: member_value(op_id) for op_id in ops}
 
 
 def restart_backoff_millis(restarts: int) -> int:

@@ -90,16 +90,7 @@ _YARN_TERMINAL = ("FINISHED", "FAILED", "KILLED")
 
 
 def _cli_error(message: str) -> Exception:
-    """A ``scripts.cli.CLIError`` (imported late: the CLI imports this module late too).
-
-    Under ``python -m scripts.cli`` the CLI module is ``__main__``, a second
-    copy whose ``except CLIError`` would not catch ``scripts.cli.CLIError``:
-    use that copy's class then.
-    """
-    main = sys.modules.get("__main__")
-    spec = getattr(main, "__spec__", None)
-    if spec is not None and spec.name == "scripts.cli" and hasattr(main, "CLIError"):
-        return main.CLIError(message)
+    """A ``scripts.cli.CLIError`` (imported late: the CLI imports this module late too)."""
     from scripts.cli import CLIError
     return CLIError(message)
 

@@ -25,6 +25,8 @@ def _split(uri: str) -> tuple[str, str]:
     if scheme == "file":
         return "file://", rest or "/"
     authority, _, path = rest.partition("/")
+    if scheme in ("hdfs", "viewfs") and not authority:
+        authority = "default"  # hdfs:///path: the cluster's fs.defaultFS
     return f"{scheme}://{authority}", "/" + path
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import os
 import secrets
 import signal
@@ -95,6 +96,8 @@ def find_app(ref: str) -> dict[str, Any]:
     if len(partial) > 1:
         raise CLIError(f"'{ref}' matches {len(partial)} applications; give more of the id "
                        f"(see `stram list-apps`)")
+    if _yarn_configured() and re.fullmatch(r"application_\d+_\d+", ref):
+        return {"id": ref, "yarn": True, "state": "RUNNING", "admin_url": "yarn"}
     raise CLIError(f"no application '{ref}' under {apps_dir()}; see `stram list-apps`")
 
 
@@ -116,7 +119,15 @@ def _http(url: str, method: str = "GET", body: dict | None = None, timeout: floa
                        f"is the application still running? (`stram list-apps`)") from None
 
 
+def _yarn_configured() -> bool:
+    return bool(os.environ.get("HADOOP_CONF_DIR"))
+
+
 def admin(app: dict[str, Any], path: str, method: str = "GET", body: dict | None = None) -> Any:
+    if app.get("yarn"):
+        from appmaster import yarn
+        with yarn.connect() as client:
+            return yarn.admin_request(app["id"], client, path, method, body)
     if app.get("state") in TERMINAL or not app.get("admin_url"):
         raise CLIError(f"application {app['id']} is {app.get('state')}; its master is not running")
     return _http(app["admin_url"].rstrip("/") + "/ws/v2/stram/" + path, method, body)
@@ -286,6 +297,12 @@ def _progress_line(app_id: str, elapsed: float) -> str:
 
 def list_apps(args: argparse.Namespace) -> int:
     apps = local_apps()
+    if _yarn_configured():
+        from appmaster import yarn
+        try:
+            apps += [dict(a, app_path=a.get("app_path", ""), yarn=True) for a in yarn.list_apps()]
+        except CLIError as exc:
+            print(f"warning: YARN applications not listed: {exc}", file=sys.stderr)
     rows = [{"id": a["id"], "name": a.get("name", ""), "state": a.get("state"),
              "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a["started_millis"] / 1000))
              if a.get("started_millis") else "", "app_path": a["app_path"]} for a in apps]
@@ -345,6 +362,11 @@ def shutdown_app(args: argparse.Namespace) -> int:
 
 def kill_app(args: argparse.Namespace) -> int:
     app = find_app(args.app)
+    if app.get("yarn"):
+        from appmaster import yarn
+        yarn.kill_app(app["id"])
+        print(f"{app['id']} KILLED")
+        return 0
     admin(app, "kill", "POST", {})
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and find_app(app["id"]).get("state") not in TERMINAL:
@@ -449,4 +471,7 @@ def main(args: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # run as `python -m scripts.cli`: use the importable module so that its
+    # CLIError is the one other modules (appmaster.yarn) raise
+    from scripts.cli import main as _main
+    sys.exit(_main())
