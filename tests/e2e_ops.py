@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from container.operator import FatalError, InputPort, Operator, OutputPort
+from container.operator import (FatalError, InputOperator, InputPort, Operator, OutputPort,
+                                ShutdownException)
 
 
 class Boom(Operator):
@@ -24,3 +25,52 @@ class Boom(Operator):
                 raise FatalError(f"boom after {self.after} tuples (fatal)")
             raise ValueError(f"boom after {self.after} tuples")
         self.output.emit(tuple)
+
+
+class KeyedSource(InputOperator):
+    """Partitioned source: partition p emits ``p<p>-<n % keys>`` for n < its limit.
+
+    Partition ``stop_partition`` ends (ShutdownException) after ``stop_total``
+    tuples; the others after ``total``. Its state is the count emitted, so a
+    restart from a checkpoint continues exactly.
+    """
+
+    output = OutputPort()
+    per_window: int = 20
+    total: int = 2000
+    stop_partition: int = -1
+    stop_total: int = 300
+    keys: int = 7
+    transient = ("_part", "_left", "_limit")
+
+    def __init__(self) -> None:
+        self.emitted = 0
+        self._part = 0
+        self._left = 0
+        self._limit = 0
+
+    def setup(self, context) -> None:
+        self._part = context.partition_index
+        self._limit = self.stop_total if self._part == self.stop_partition else self.total
+
+    def begin_window(self, window_id: int) -> None:
+        self._left = self.per_window
+
+    def emit_tuples(self) -> None:
+        if self.emitted >= self._limit:
+            raise ShutdownException(f"partition {self._part} done after {self.emitted} tuples")
+        n = min(self._left, self._limit - self.emitted)
+        for i in range(n):
+            self.output.emit(f"p{self._part}-{(self.emitted + i) % self.keys}")
+        self.emitted += n
+        self._left -= n
+
+    @staticmethod
+    def truth(partitions: int, total: int, stop_partition: int, stop_total: int, keys: int) -> dict[str, int]:
+        """The independent answer: how often each key is emitted."""
+        out: dict[str, int] = {}
+        for p in range(partitions):
+            for n in range(stop_total if p == stop_partition else total):
+                key = f"p{p}-{n % keys}"
+                out[key] = out.get(key, 0) + 1
+        return out

@@ -125,3 +125,33 @@ def test_report_error_is_recorded(umbilical):
                                                        msg="Traceback...\nValueError: boom"))
     errors = state.info()["errors"]
     assert errors and errors[-1]["msg"].endswith("ValueError: boom") and errors[-1]["operators"] == [1]
+
+
+def _op_hb(node_id, state=proto.OperatorHeartbeat.ACTIVE, window=0):
+    return proto.OperatorHeartbeat(node_id=node_id, state=state, current_window_id=window)
+
+
+def test_unplanned_operator_is_undeployed_and_missing_one_removed(umbilical):
+    """processOperatorDeployStatus through the real server: extra → undeploy, missing → removed."""
+    state, stub, _, _ = umbilical
+    first = call(stub, "ProcessHeartbeat", proto.ContainerHeartbeat(
+        container_id="container_000001", buffer_server_host="127.0.0.1", buffer_server_port=4242))
+    ids = {d.name: d.id for d in first.deploy_request}
+    w = state.initial_window + 3
+    both = proto.ContainerHeartbeat(container_id="container_000001")
+    both.container_stats.operators.extend([_op_hb(ids["reader"], window=w), _op_hb(ids["split"], window=w),
+                                          _op_hb(999, window=w)])
+    response = call(stub, "ProcessHeartbeat", both)
+    assert list(response.undeploy_request) == [999]
+    assert state.plan.operators[ids["split"]].state.value == "ACTIVE"
+    # the next heartbeat omits "split": it leaves the physical plan, and its
+    # downstream loses that input
+    only_reader = proto.ContainerHeartbeat(container_id="container_000001")
+    only_reader.container_stats.operators.append(_op_hb(ids["reader"], window=w + 1))
+    response = call(stub, "ProcessHeartbeat", only_reader)
+    assert ids["split"] not in state.plan.operators
+    assert ids["split"] in response.undeploy_request
+    assert any(r["id"] == ids["split"] and r["reason"] == "missing from heartbeat" for r in state.info()["removed"])
+    out = next(op for op in state.plan.operators.values() if op.name == "out")
+    assert not out.inputs
+    state.validate_state()
