@@ -1,4 +1,4 @@
-"""The buffer server: a per-container TCP server that stores published streams by window and replays them to subscribers.
+"""Buffer server: keeps each publisher's stream by window and replays it to subscribers over TCP.
 
 Wire format
 -----------
@@ -43,6 +43,17 @@ everything after it. Frames are stored exactly as they travel, so sending is a
 ``sendmsg`` of stored buffers; when a publisher's memory passes the limit,
 whole older units (and, only if that is not enough, the open one) move to an
 append-only spill file per unit.
+
+Memory bound: with a spool directory a publisher's in-memory bytes are at
+most the limit whenever a call returns; without one, ``payload`` waits until
+a purge makes room (13-byte control frames are always admitted, and a payload
+larger than the whole limit only into an empty buffer). Buffers being sent
+to a subscriber (at most 4 MiB each) are not counted.
+
+Rewind and reset: re-publishing an id from window ``f`` drops windows
+``>= f`` and any unfinished window; a subscriber that was already sent some of
+the dropped data gets ``ERROR`` (it must be redeployed), the others continue
+with the new data. ``RESET`` drops everything the same way.
 """
 
 from __future__ import annotations
@@ -67,6 +78,7 @@ from typing import Iterable, Iterator
 __all__ = [
     "MessageType", "BufferServer", "Publisher", "RemotePublisher", "Subscriber",
     "BufferServerError", "ProtocolError", "purge", "reset",
+    "encode_publish", "encode_subscribe", "encode_purge", "encode_reset",
     "MAX_FRAME", "FIRST_WINDOW",
 ]
 
@@ -132,6 +144,7 @@ _END_STREAM_FRAME = _LEN.pack(1) + bytes([_END_STREAM])
 _IOV_MAX = 1024                        # buffers per sendmsg (Linux IOV_MAX)
 _SEND_BUDGET = 4 << 20                 # bytes a subscriber thread sends per batch
 _RECV_SIZE = 1 << 20
+_MAX_REQUEST = 1 << 20                 # largest request frame (before a connection's role is known)
 
 
 # --------------------------------------------------------------------------- frames
@@ -240,8 +253,9 @@ class _FrameReader:
         need = 4 if avail < 4 else 4 + _LEN.unpack_from(self.buf, self.start)[0]
         cap = len(self.buf)
         if cap - self.start < need or cap - self.end < min(64 << 10, cap >> 2):
-            target = max(self.size, need)
-            if cap < target or cap > 4 * target:
+            # room for a big frame plus one normal receive, so big frames rarely move
+            target = need + self.size if need > self.size else self.size
+            if cap < need or cap > 8 * target:
                 new = bytearray(target)
                 new[:avail] = self.view[self.start:self.end]
                 self.view.release()
@@ -305,6 +319,27 @@ def _send_buffers(sock: socket.socket, bufs: list) -> None:
                 break
 
 
+def _flatten(frames: list) -> list:
+    """Stored frames -> buffers to send (a payload may be a (header, data) pair)."""
+    out: list = []
+    for f in frames:
+        if f.__class__ is tuple:
+            out += f
+        else:
+            out.append(f)
+    return out
+
+
+def _frame_len(f) -> int:
+    return len(f[0]) + len(f[1]) if f.__class__ is tuple else len(f)
+
+
+def _wanted(frame, mask: int, keys: frozenset) -> bool:
+    """Partition filter: control frames always, a payload when ``tag & mask`` is a key."""
+    head = frame[0] if frame.__class__ is tuple else frame
+    return head[4] != _PAYLOAD or (_U32.unpack_from(head, 5)[0] & mask) in keys
+
+
 def _peer_name(sock: socket.socket) -> str:
     try:
         host, port = sock.getpeername()[:2]
@@ -322,7 +357,9 @@ class _Unit:
     seq: int                                       #: position in the stream, never reused
     window: int | None = None                      #: id from BEGIN_WINDOW; None while only markers
     closed: bool = False                           #: END_WINDOW (or a final END_STREAM) stored
-    frames: list = field(default_factory=list)     #: in-memory frames, after the spilled ones
+    #: in-memory frames after the spilled ones: bytes, or a (header, data) pair for
+    #: payloads published in-process (stored without copying the data)
+    frames: list = field(default_factory=list)
     mem_bytes: int = 0
     spilled: int = 0                               #: frames on disk (always a prefix)
     offsets: array = field(default_factory=lambda: array("q", [0]))  #: file offset of each spilled frame, then the size
@@ -393,23 +430,24 @@ class _Stream:
 
     def append(self, gen: int, mtype: int, frame: bytes, window: int = 0) -> None:
         with self.cond:
-            self._append(gen, mtype, frame, window)
+            self._append(gen, mtype, frame, window, _frame_len(frame))
             self.cond.notify_all()
 
     def append_many(self, gen: int, items: list[tuple[int, bytes, int]]) -> None:
         with self.cond:
             try:
                 for mtype, frame, window in items:
-                    self._append(gen, mtype, frame, window)
+                    self._append(gen, mtype, frame, window, len(frame))
             finally:
                 self.cond.notify_all()
 
-    def _append(self, gen: int, mtype: int, frame: bytes, window: int) -> None:
+    def _append(self, gen: int, mtype: int, frame, window: int, size: int) -> None:
         if gen != self.generation:
             raise BufferServerError(f"publisher {self.id!r} was superseded or reset")
+        if self.server._stopping:
+            raise BufferServerError("buffer server stopped")
         if self.ended:
             raise ProtocolError(f"publisher {self.id!r}: data after END_STREAM")
-        size = len(frame)
         if mtype == _PAYLOAD:
             if not self.in_window:
                 raise ProtocolError(f"publisher {self.id!r}: PAYLOAD outside a window")
@@ -429,8 +467,8 @@ class _Stream:
             self.in_window = True
         elif mtype == _END:
             if not self.in_window or self.open.window != window:
-                raise ProtocolError(f"publisher {self.id!r}: END_WINDOW {window} does not match "
-                                    f"{'BEGIN_WINDOW %d' % self.open.window if self.in_window else 'no open window'}")
+                opened = f"BEGIN_WINDOW {self.open.window}" if self.in_window else "no open window"
+                raise ProtocolError(f"publisher {self.id!r}: END_WINDOW {window} does not match {opened}")
             unit = self.open
         else:  # markers and END_STREAM go into the open unit
             unit = self.open
@@ -474,10 +512,10 @@ class _Stream:
                 self.dir = self.server._stream_dir(self.id)
             unit.path = os.path.join(self.dir, f"{unit.seq:010d}.spill")
         with open(unit.path, "ab") as f:
-            f.writelines(unit.frames)
+            f.writelines(_flatten(unit.frames))
         offsets = unit.offsets
         for fr in unit.frames:
-            offsets.append(offsets[-1] + len(fr))
+            offsets.append(offsets[-1] + _frame_len(fr))
         unit.spilled += len(unit.frames)
         self.spilled_bytes += unit.mem_bytes
         self.memory -= unit.mem_bytes
@@ -590,7 +628,8 @@ class _Stream:
             frames = u.frames
             total, j = 0, k
             while j < len(frames) and total < _SEND_BUDGET:
-                total += len(frames[j])
+                f = frames[j]
+                total += len(f[0]) + len(f[1]) if f.__class__ is tuple else len(f)
                 j += 1
             sub.index = u.spilled + j
             sub.delivered_to = (u.seq, sub.index)
@@ -616,6 +655,19 @@ def _readable(sock: socket.socket) -> bool:
     except OSError:
         return True
     return True
+
+
+def _close_with_error(sock: socket.socket, reason: str) -> None:
+    """Best effort: send ERROR, then drop unread input so the close does not reset the peer."""
+    try:
+        sock.settimeout(0.5)
+        sock.sendall(_frame(MessageType.ERROR, reason.encode()))
+        sock.shutdown(socket.SHUT_WR)
+        for _ in range(64):
+            if not sock.recv(65536, socket.MSG_DONTWAIT):
+                break
+    except OSError:
+        pass
 
 
 def _shutdown(sock: socket.socket | None) -> None:
@@ -650,9 +702,12 @@ class Publisher:
 
     def payload(self, tag: int, data: bytes) -> None:
         """Append one codec-encoded batch with partition tag ``tag`` to the open window."""
-        if len(data) + 5 > self._max_frame:
-            raise ValueError(f"payload of {len(data)} bytes exceeds the frame limit of {self._max_frame}")
-        self._stream.append(self._gen, _PAYLOAD, _PAYLOAD_HDR.pack(len(data) + 5, _PAYLOAD, tag) + data)
+        if data.__class__ is not bytes:
+            data = bytes(data)      # stored by reference: only immutable bytes
+        size = len(data)
+        if size + 5 > self._max_frame:
+            raise ValueError(f"payload of {size} bytes exceeds the frame limit of {self._max_frame}")
+        self._stream.append(self._gen, _PAYLOAD, (_PAYLOAD_HDR.pack(size + 5, _PAYLOAD, tag), data))
 
     def end_window(self, window_id: int) -> None:
         """End the open window, which must be ``window_id``."""
@@ -809,10 +864,7 @@ class BufferServer:
         with self._lock:
             stream = self._streams.get(publisher_id)
         if stream is not None:
-            stream.reset()
-            with self._lock, stream.cond:
-                if not stream.subscribers and self._streams.get(publisher_id) is stream:
-                    del self._streams[publisher_id]
+            stream.reset()      # the (now empty) entry stays: waiting subscribers hold it
 
     def disconnect_subscribers(self, publisher_id: str | None = None) -> int:
         """Close subscriber connections (of one publisher or all) without an ERROR.
@@ -881,7 +933,7 @@ class BufferServer:
 
     def _serve(self, sock: socket.socket) -> None:
         peer = _peer_name(sock)
-        reader = _FrameReader(sock, self.max_frame, size=64 << 10)
+        reader = _FrameReader(sock, min(self.max_frame, _MAX_REQUEST), size=64 << 10)
         try:
             sock.settimeout(self.handshake_timeout)
             try:
@@ -892,6 +944,7 @@ class BufferServer:
                 log.debug("connection from %s closed before a request", peer)
                 return
             sock.settimeout(None)
+            reader.max_frame = self.max_frame
             mtype = body[0]
             if mtype not in _KNOWN:
                 raise ProtocolError(f"unknown message type {mtype}")
@@ -928,11 +981,7 @@ class BufferServer:
                 sock.sendall(_frame(MessageType.OK))
         except ProtocolError as e:
             log.warning("buffer server: closing connection from %s: %s", peer, e)
-            try:
-                sock.settimeout(1.0)
-                sock.sendall(_frame(MessageType.ERROR, str(e).encode()))
-            except OSError:
-                pass
+            _close_with_error(sock, str(e))
         except BufferServerError as e:
             log.info("buffer server: closing connection from %s: %s", peer, e)
         except OSError as e:
@@ -1008,9 +1057,9 @@ class BufferServer:
                 kind, value = item
                 if kind == "mem":
                     if mask:
-                        value = [f for f in value if f[4] != _PAYLOAD or (_U32.unpack_from(f, 5)[0] & mask) in keys]
+                        value = [f for f in value if _wanted(f, mask, keys)]
                     if value:
-                        _send_buffers(sock, value)
+                        _send_buffers(sock, _flatten(value))
                 elif kind == "file":
                     unit, first, last, offsets = value
                     if fh is None or fh.name != unit.path:
@@ -1028,11 +1077,8 @@ class BufferServer:
                     data = fh.read(offsets[-1] - start)
                     if mask:
                         mv = memoryview(data)
-                        parts = []
-                        for a, b in zip(offsets, offsets[1:]):
-                            a, b = a - start, b - start
-                            if data[a + 4] != _PAYLOAD or (_U32.unpack_from(data, a + 5)[0] & mask) in keys:
-                                parts.append(mv[a:b])
+                        parts = [mv[a - start:b - start] for a, b in zip(offsets, offsets[1:])]
+                        parts = [f for f in parts if _wanted(f, mask, keys)]
                         if parts:
                             _send_buffers(sock, parts)
                     else:
@@ -1409,6 +1455,8 @@ class Subscriber:
         self._closed.set()
         sock = self._sock
         _shutdown(sock)
+        if sock is not None:
+            sock.close()
 
     def __enter__(self) -> "Subscriber":
         return self

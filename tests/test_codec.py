@@ -1,0 +1,93 @@
+"""Round trips of the stream codecs (pickle and Arrow IPC)."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+
+import pyarrow as pa
+import pytest
+
+from container.codec import ArrowCodec, Codec, PickleCodec, get_codec
+
+
+def test_get_codec_by_name():
+    assert isinstance(get_codec("pickle"), PickleCodec)
+    assert isinstance(get_codec("arrow"), ArrowCodec)
+    assert get_codec("pickle").name == "pickle" and get_codec("arrow").name == "arrow"
+    assert all(isinstance(get_codec(n), Codec) for n in ("pickle", "arrow"))
+
+
+def test_get_codec_unknown_name_lists_known_ones():
+    with pytest.raises(ValueError) as err:
+        get_codec("x")
+    assert str(err.value) == "unknown stream codec 'x'; known: arrow, pickle"
+
+
+def test_pickle_round_trip_of_mixed_tuples():
+    tuples = [
+        "word", b"\x00bytes", 42, -1 << 70, 3.5, None, True,
+        ("a", 1, (2.0, None)), {"key": "k", "count": 3, "total": 9}, [1, [2, [3]]],
+        {1, 2}, frozenset("ab"), decimal.Decimal("1.10"), datetime.date(2024, 1, 2),
+        "ünïcödé ✓" * 10, bytearray(b"ba"), "",
+    ]
+    codec = PickleCodec()
+    data = codec.encode(tuples)
+    assert isinstance(data, bytes)
+    assert codec.decode(data) == tuples
+    assert codec.decode(memoryview(data)) == tuples      # decodes any bytes-like
+    assert codec.decode(codec.encode([])) == []
+
+
+def test_pickle_is_protocol_5_of_the_whole_batch():
+    data = PickleCodec().encode(["a", "b"])
+    assert data[:2] == b"\x80\x05"
+
+
+def _batch(n: int, start: int = 0) -> pa.RecordBatch:
+    return pa.record_batch({
+        "id": pa.array(range(start, start + n), pa.int64()),
+        "value": pa.array([i / 3 for i in range(n)], pa.float64()),
+        "name": pa.array([f"n{i:046d}" for i in range(n)], pa.string()),
+    })
+
+
+def test_arrow_round_trip_one_schema_is_a_plain_ipc_stream():
+    batches = [_batch(100), _batch(5, 100), _batch(0, 105)]
+    codec = ArrowCodec()
+    data = codec.encode(batches)
+    assert isinstance(data, bytes)
+    out = codec.decode(data)
+    assert len(out) == 3 and all(isinstance(b, pa.RecordBatch) for b in out)
+    assert all(a.equals(b) for a, b in zip(batches, out))
+    # any Arrow reader can read it
+    assert pa.ipc.open_stream(data).read_all().num_rows == 105
+
+
+def test_arrow_round_trip_mixed_schemas_keeps_order():
+    other = pa.record_batch({"word": ["a", "b"]})
+    batches = [_batch(3), other, other, _batch(2, 3)]
+    codec = ArrowCodec()
+    out = codec.decode(codec.encode(batches))
+    assert [b.schema for b in out] == [b.schema for b in batches]
+    assert all(a.equals(b) for a, b in zip(batches, out))
+
+
+def test_arrow_accepts_tables_and_empty_lists():
+    codec = ArrowCodec()
+    table = pa.Table.from_batches([_batch(4), _batch(4, 4)])
+    out = codec.decode(codec.encode([table]))
+    assert pa.Table.from_batches(out).equals(table)
+    assert codec.encode([]) == b"" and codec.decode(b"") == []
+
+
+def test_arrow_rejects_non_batches():
+    with pytest.raises(TypeError, match="RecordBatch"):
+        ArrowCodec().encode([{"a": 1}])
+
+
+def test_arrow_truncated_mixed_data_is_an_error():
+    codec = ArrowCodec()
+    data = codec.encode([_batch(3), pa.record_batch({"w": ["x"]})])
+    with pytest.raises((ValueError, pa.ArrowInvalid)):
+        codec.decode(data[:-20])
