@@ -3,9 +3,11 @@
 This follows Spark Streaming's receiver path (ReceiverSupervisor → BlockGenerator
 → block handler / write-ahead log), fitted to stram's windows::
 
-    receiver thread ──store()──▶ BlockGenerator ──every BLOCK_INTERVAL_MILLIS──▶ bounded block queue
-                                                                                    │ pushing thread
-                         output port ◀──emit_tuples()── ready blocks ◀── WAL write ──┘ then acknowledge
+    receiver thread --store()--> BlockGenerator --every BLOCK_INTERVAL_MILLIS--> bounded queue
+                                                                                      |
+           pushing thread: WAL write, hand the block over, on_block_stored() (ack) |
+                                                                                      v
+    output port <--emit_tuples()-- ready blocks <-------------------------------------+
 
 * A :class:`Receiver` is an input operator: ``class: container.receivers:SocketTextReceiver``
   goes straight into a spec. Its code implements ``on_start()`` (must not block:
@@ -38,7 +40,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Iterable, Optional
+from typing import Any, Callable, ClassVar, Iterable
 
 import pyarrow.fs as pafs
 
@@ -257,6 +259,13 @@ class WriteAheadLog:
         """A block written before (possibly by an earlier container)."""
         stored_seq, items, metadata = pickle.loads(fs.read_bytes(self._block_uri(seq)))
         return Block(stored_seq, items, metadata)
+
+    def remove_partial_writes(self) -> None:
+        """Delete temporary files a killed writer left behind (call before writing)."""
+        for directory in (self.root, self._windows):
+            for info in fs.list_dir(directory):
+                if info.base_name.startswith("._tmp-"):
+                    fs.delete(fs.join(directory, info.base_name))
 
     def block_seqs(self) -> list[int]:
         """Sequence numbers of the blocks in the log, ascending."""
@@ -599,11 +608,12 @@ class _Runtime:
             self.wal = WriteAheadLog(fs.join(context.app_path, "wal", str(context.id)))
             first_seq = self._recover(op._block_cursor, context.checkpoint_window)
         self.generator = BlockGenerator(int(attrs.get("BLOCK_INTERVAL_MILLIS") or 200),
-                                        type(op).block_queue_capacity, first_seq)
+                                        op.block_queue_capacity, first_seq)
+        max_restarts = attrs.get("RECEIVER_MAX_RESTARTS")
         self.supervisor = ReceiverSupervisor(
             op, lambda: self.generator.items_added, label=f"'{context.name}' ({type(op).__name__})",
-            max_restarts=int(attrs.get("RECEIVER_MAX_RESTARTS", 10)),
-            backoff=type(op).restart_backoff, log=context.log)
+            max_restarts=10 if max_restarts is None else int(max_restarts),
+            backoff=op.restart_backoff, log=context.log)
         self.ready: collections.deque[Block] = collections.deque()
         self.lock = threading.Lock()
         self.stored = threading.Condition()
@@ -620,6 +630,7 @@ class _Runtime:
     def _recover(self, cursor: int, checkpoint: int) -> int:
         """Plan the replay from the WAL; returns the next block seq to use."""
         assert self.wal is not None
+        self.wal.remove_partial_writes()
         seqs = self.wal.block_seqs()
         index = self.wal.window_index()
         self.replay = {w: s for w, s in index.items() if w > checkpoint and s > cursor}
@@ -664,19 +675,20 @@ class _Runtime:
                     self.error = exc
                     return False
                 logger.warning("receiver %s: WAL write of block %d failed (%s); retrying",
-                            self.label, block.seq, exc)
+                               self.label, block.seq, exc)
                 time.sleep(delay)
                 delay *= 2
         return False
 
     # -- the operator thread --------------------------------------------------
     def emit(self) -> None:
+        """One ``emit_tuples`` call: replay, then stored-but-unemitted WAL blocks, then live blocks."""
         sup = self.supervisor
         if sup.fatal:
             raise FatalError(sup.fatal)
         if self.error is not None:
             raise RuntimeError(f"receiver {self.label}: writing the write-ahead log failed: "
-                               f"{_describe('', self.error).lstrip(': ')}") from self.error
+                               f"{type(self.error).__name__}: {self.error}") from self.error
         if self.window <= self.replay_through:
             # A window emitted before the crash: exactly what it emitted then, however often
             # emit_tuples is called (downstream may have checkpointed it).
@@ -860,7 +872,7 @@ class Receiver(ReceiverInputOperator):
         return rt is None or not rt.supervisor.receiving
 
     def items_stored(self) -> int:
-        """Items stored through this receiver since its container started (compare ``Block.items_through``)."""
+        """Items stored since this container started (the counter ``Block.items_through`` uses)."""
         return self._runtime().generator.items_added
 
     def wait_stored(self, count: int, timeout: float | None = None) -> bool:
@@ -1018,7 +1030,8 @@ class DirectoryReceiver(Receiver):
         super().setup(context)
 
     def on_start(self) -> None:
-        self._thread = threading.Thread(target=self._poll, daemon=True, name=f"directory-receiver-{self.path}")
+        self._thread = threading.Thread(target=self._poll, daemon=True,
+                                        name=f"directory-receiver-{self.path}")
         self._thread.start()
 
     def on_stop(self) -> None:
