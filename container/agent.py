@@ -257,10 +257,7 @@ class Agent:
         if r.committed_window_id > self.committed:
             self.committed = r.committed_window_id
             for node in self.nodes.values():
-                if not node.inline:
-                    node.requests.append(("committed", self.committed))
-                else:
-                    node.requests.append(("committed", self.committed))
+                node.requests.append(("committed", self.committed))
             for node in self.finished.values():
                 self._safe(node, node.operator.committed, self.committed)
             if self.buffer_server is not None:

@@ -44,6 +44,8 @@ KIND_NAMES = {DATA: "DATA", BEGIN_WINDOW: "BEGIN_WINDOW", END_WINDOW: "END_WINDO
 
 #: Tuples per batch before an output port is flushed mid-window.
 BATCH_SIZE = 1024
+#: Encoded batches larger than this are split before publishing.
+MAX_PAYLOAD_BYTES = 8 << 20
 #: Bound of a node's input queue, in messages (batches or control tuples).
 QUEUE_CAPACITY = 256
 
@@ -127,20 +129,25 @@ class PublisherSink(Sink):
         self.bytes = 0
 
     def data(self, batch: list) -> None:
-        encode = self.codec.encode
         if not self.mask:
-            payload = encode(batch)
-            self.bytes += len(payload)
-            self.publisher.payload(0, payload)
+            self._publish(0, batch)
             return
         mask, key = self.mask, self.key
         groups: dict[int, list] = collections.defaultdict(list)
         for t in batch:
             groups[partition_hash(key(t)) & mask].append(t)
         for tag, tuples in groups.items():
-            payload = encode(tuples)
-            self.bytes += len(payload)
-            self.publisher.payload(tag, payload)
+            self._publish(tag, tuples)
+
+    def _publish(self, tag: int, tuples: list) -> None:
+        payload = self.codec.encode(tuples)
+        if len(payload) > MAX_PAYLOAD_BYTES and len(tuples) > 1:
+            half = len(tuples) // 2  # big tuples: keep frames well under the frame limit
+            self._publish(tag, tuples[:half])
+            self._publish(tag, tuples[half:])
+            return
+        self.bytes += len(payload)
+        self.publisher.payload(tag, payload)
 
     def control(self, kind: int, window_id: int) -> None:
         p = self.publisher
@@ -422,7 +429,19 @@ class Node:
         if self.checkpoint_dir is None:
             return (0, 0, 0)
         start = time.time()
-        data = pickle.dumps(self.operator.get_state(), protocol=pickle.HIGHEST_PROTOCOL)
+        state = self.operator.get_state()
+        try:
+            data = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # noqa: BLE001 - name the attribute that cannot be saved
+            bad = []
+            for name, value in state.items():
+                try:
+                    pickle.dumps(value)
+                except Exception:  # noqa: BLE001
+                    bad.append(name)
+            raise TypeError(f"cannot checkpoint {type(self.operator).__name__}: attribute(s) "
+                            f"{', '.join(bad) or '?'} cannot be pickled ({exc}); list them in the "
+                            f"class's `transient` tuple or make them picklable") from exc
         fs.write_atomic(fs.join(self.checkpoint_dir, str(self.id), str(window_id)), data)
         self.last_checkpoint = window_id
         self.saved_checkpoints.append(window_id)
@@ -441,7 +460,10 @@ class Node:
             if what == "committed":
                 self.operator.committed(value)
             elif what == "shutdown":
-                raise ShutdownException("shutdown requested by the master")
+                drain = getattr(self.operator, "request_shutdown", None)
+                if drain is None:
+                    raise ShutdownException("shutdown requested by the master")
+                drain()  # the operator drains what it holds and raises ShutdownException itself
 
     # -- input operators -----------------------------------------------------
     def _run_input(self) -> None:

@@ -226,6 +226,10 @@ class InputOperator(Operator):
         """Called repeatedly inside a window; emit what is available and return."""
         raise NotImplementedError
 
+    # An input operator may define ``request_shutdown()``: on ``shutdown-app`` it
+    # is called between windows instead of ending the stream at once, and the
+    # operator raises ShutdownException from emit_tuples once it has drained.
+
 
 class PassThroughUnifier(Operator):
     """Merges the outputs of a partitioned operator unchanged."""
