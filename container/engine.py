@@ -44,6 +44,10 @@ KIND_NAMES = {DATA: "DATA", BEGIN_WINDOW: "BEGIN_WINDOW", END_WINDOW: "END_WINDO
 
 #: Tuples per batch before an output port is flushed mid-window.
 BATCH_SIZE = 1024
+#: An emit_tuples call that returns faster than this without output means "idle".
+IDLE_CALL_SECONDS = 50e-6
+#: Record batches per batch on Arrow ports.
+ARROW_BATCH_SIZE = 16
 #: Encoded batches larger than this are split before publishing.
 MAX_PAYLOAD_BYTES = 8 << 20
 #: Bound of a node's input queue, in messages (batches or control tuples).
@@ -172,6 +176,8 @@ class PortOutput:
         self.controls: list[Sink] = []  # THREAD_LOCAL control paths
         self.batch: list = []
         self.tuples = 0  # tuples flushed in the current window
+        #: Tuples per batch before a mid-window flush (record batches are big: fewer).
+        self.batch_limit = ARROW_BATCH_SIZE if getattr(bound_port, "codec", "pickle") == "arrow" else BATCH_SIZE
         self._bind()
 
     def _bind(self) -> None:
@@ -193,6 +199,8 @@ class PortOutput:
 
     def add_sink(self, sink: Sink) -> None:
         self.sinks.append(sink)
+        if getattr(getattr(sink, "codec", None), "name", "") == "arrow":
+            self.batch_limit = ARROW_BATCH_SIZE
         self._bind()
 
     def add_direct(self, handler: Callable[[Any], None], control: Sink) -> None:
@@ -477,17 +485,21 @@ class Node:
             deadline = window_millis(window_id, size) + size
             while True:
                 before = sum(len(o.batch) for o in outputs)
+                started = time.perf_counter()
                 op.emit_tuples()
+                took = time.perf_counter() - started
                 after = 0
                 for o in outputs:
                     n = len(o.batch)
                     after += n
-                    if n >= BATCH_SIZE:
+                    if n >= o.batch_limit:
                         o.flush()
                 now = time.time() * 1000
                 if now >= deadline or self._stop:
                     break
-                if after == before:  # nothing available: wait a little, not spin
+                if after == before and took < IDLE_CALL_SECONDS:
+                    # nothing came out (direct THREAD_LOCAL emits leave no batch, so
+                    # a near-instant call is the sign of an idle source): don't spin
                     time.sleep(min(0.002, (deadline - now) / 1000))
             self._end_window()
             window_id += 1
@@ -529,7 +541,7 @@ class Node:
                     handler(t)
                 self._in_counts[self.source_ports[src]] += len(value)
                 for out in self.outputs.values():
-                    if len(out.batch) >= BATCH_SIZE:
+                    if len(out.batch) >= out.batch_limit:
                         out.flush()
             elif kind == BEGIN_WINDOW:
                 self._next_window = value

@@ -1,0 +1,80 @@
+"""Operators for the benchmarks (imported by containers as ``bench.bench_ops``)."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from container.operator import InputOperator, InputPort, Operator, OutputPort, ShutdownException
+
+
+class BlastSource(InputOperator):
+    """Emits ``count`` copies of a ``size``-byte string (or Arrow batches of them) as fast as it can."""
+
+    output = OutputPort()
+    count: int = 1_000_000
+    size: int = 64
+    batch: int = 4096
+    #: Emit pyarrow.RecordBatch tuples of ``batch`` rows instead of strings.
+    arrow: bool = False
+    transient = ("_payload",)
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self._payload: Any = None
+
+    def setup(self, context) -> None:
+        text = ("x" * self.size)
+        if self.arrow:
+            import pyarrow as pa
+            self._payload = pa.RecordBatch.from_pydict({"v": [text] * self.batch})
+        else:
+            self._payload = text
+
+    def emit_tuples(self) -> None:
+        if self.sent >= self.count:
+            raise ShutdownException("done")
+        emit = self.output.emit
+        payload = self._payload
+        if self.arrow:
+            emit(payload)
+            self.sent += self.batch
+            return
+        n = min(self.batch, self.count - self.sent)
+        for _ in range(n):
+            emit(payload)
+        self.sent += n
+
+
+class CountSink(Operator):
+    """Counts what arrives (rows of record batches) and writes the result to ``result``."""
+
+    input = InputPort()
+    result: str = ""
+    transient = ("_first", "_last", "_n")
+
+    def __init__(self) -> None:
+        self._n = 0
+        self._first = 0.0
+        self._last = 0.0
+
+    def process_input(self, tuple: Any) -> None:  # noqa: A002
+        if not self._n:
+            self._first = time.perf_counter()
+        self._n += 1
+
+    def end_window(self) -> None:
+        if self._n:
+            self._last = time.perf_counter()
+            with open(self.result, "w") as f:
+                json.dump({"tuples": self._n, "seconds": self._last - self._first}, f)
+
+
+class RowCountSink(CountSink):
+    """Counts the rows of arriving ``pyarrow.RecordBatch`` tuples."""
+
+    def process_input(self, batch: Any) -> None:
+        if not self._n:
+            self._first = time.perf_counter()
+        self._n += batch.num_rows

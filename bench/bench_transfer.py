@@ -1,0 +1,104 @@
+"""Tuples per second between two operators over each stream path (run on demand).
+
+    python bench/bench_transfer.py [--tuples N]
+
+Launches real local applications (master, agents, buffer servers) with a
+BlastSource feeding a CountSink over THREAD_LOCAL, CONTAINER_LOCAL and
+separate-container (buffer server) streams, for 64-byte and 4 KiB strings and
+Arrow batches of 64-byte rows, and prints tuples/s and the containers' peak
+RSS. Rates are measured at the sink, from its first to its last tuple.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import psutil
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+SPEC = """
+name: bench-{name}
+attributes: {{STREAMING_WINDOW_SIZE_MILLIS: 200, HEARTBEAT_INTERVAL_MILLIS: 500, CHECKPOINT_WINDOW_COUNT: 1000,
+             BUFFER_MEMORY_MB: 512}}
+operators:
+  source: {{class: "bench.bench_ops:BlastSource", properties: {{count: {count}, size: {size}, arrow: {arrow}, batch: {batch}}}}}
+  sink: {{class: "bench.bench_ops:{sink}", properties: {{result: "{result}"}}}}
+streams:
+  s: {{from: source.output, to: [sink.input]{locality}{codec}}}
+"""
+
+
+def peak_rss(app_home: str, stop: threading.Event, out: dict) -> None:
+    """Sample the RSS of this benchmark's container processes until ``stop``."""
+    while not stop.is_set():
+        for proc in psutil.process_iter(["pid"]):
+            try:
+                env = proc.environ()
+                if env.get("STRAM_HOME") == app_home and env.get("STRAM_CONTAINER_ID"):
+                    cid = env["STRAM_CONTAINER_ID"]
+                    out[cid] = max(out.get(cid, 0), proc.memory_info().rss)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        time.sleep(0.2)
+
+
+def run(name: str, count: int, size: int, locality: str | None, arrow: bool = False) -> dict:
+    home = tempfile.mkdtemp(prefix="stram-bench-")
+    result = os.path.join(home, "result.json")
+    spec = os.path.join(home, "spec.yaml")
+    with open(spec, "w") as f:
+        f.write(SPEC.format(name=name, count=count, size=size, arrow=str(arrow).lower(),
+                            batch=1000 if arrow else 4096, result=result, sink="RowCountSink" if arrow else "CountSink",
+                            locality=f", locality: {locality}" if locality else "",
+                            codec=", codec: arrow" if arrow else ""))
+    env = dict(os.environ, STRAM_HOME=home, STRAM_LOG_LEVEL="WARNING")
+    rss: dict = {}
+    stop = threading.Event()
+    sampler = threading.Thread(target=peak_rss, args=(home, stop, rss), daemon=True)
+    sampler.start()
+    proc = subprocess.run([sys.executable, "-m", "scripts.cli", "launch", spec], cwd=ROOT, env=env,
+                          capture_output=True, text=True)
+    stop.set()
+    sampler.join()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{name}: launch failed:\n{proc.stderr[-2000:]}")
+    with open(result) as f:
+        measured = json.load(f)
+    return {"name": name, "tuples": measured["tuples"], "rate": measured["tuples"] / measured["seconds"],
+            "peak_rss_mb": {k: round(v / 2**20) for k, v in sorted(rss.items())}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tuples", type=int, default=3_000_000, help="64-byte tuples per run")
+    args = parser.parse_args()
+    n = args.tuples
+    cases = [
+        ("THREAD_LOCAL 64B", n, 64, "THREAD_LOCAL", False),
+        ("CONTAINER_LOCAL 64B", n, 64, "CONTAINER_LOCAL", False),
+        ("buffer server 64B", n, 64, None, False),
+        ("THREAD_LOCAL 4KiB", n // 10, 4096, "THREAD_LOCAL", False),
+        ("CONTAINER_LOCAL 4KiB", n // 10, 4096, "CONTAINER_LOCAL", False),
+        ("buffer server 4KiB", n // 10, 4096, None, False),
+        ("buffer server Arrow 64B rows", n * 4, 64, None, True),
+    ]
+    apex = {"THREAD_LOCAL 64B": 39.9e6, "CONTAINER_LOCAL 64B": 4.29e6, "buffer server 64B": 0.83e6}
+    print(f"{'path':<30} {'tuples':>11} {'tuples/s':>13} {'vs Apex':>9}  peak RSS per container (MB)")
+    for case in cases:
+        r = run(*case)
+        ref = apex.get(r["name"])
+        ratio = f"{r['rate'] / ref:8.2f}x" if ref else ""
+        print(f"{r['name']:<30} {r['tuples']:>11,} {r['rate']:>13,.0f} {ratio:>9}  {r['peak_rss_mb']}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
