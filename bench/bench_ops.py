@@ -10,7 +10,7 @@ from container.operator import InputOperator, InputPort, Operator, OutputPort, S
 
 
 class BlastSource(InputOperator):
-    """Emits ``count`` copies of a ``size``-byte string (or Arrow batches of them) as fast as it can."""
+    """Emits ``count`` distinct-object ``size``-byte strings (or Arrow batches of them) as fast as it can."""
 
     output = OutputPort()
     count: int = 1_000_000
@@ -25,12 +25,13 @@ class BlastSource(InputOperator):
         self._payload: Any = None
 
     def setup(self, context) -> None:
-        text = ("x" * self.size)
+        # distinct string objects, so pickle cannot shrink a batch by memoizing repeats
+        pool = [f"{i:08d}".ljust(self.size, "x")[:self.size] for i in range(self.batch)]
         if self.arrow:
             import pyarrow as pa
-            self._payload = pa.RecordBatch.from_pydict({"v": [text] * self.batch})
+            self._payload = pa.RecordBatch.from_pydict({"v": pool})
         else:
-            self._payload = text
+            self._payload = pool
 
     def emit_tuples(self) -> None:
         if self.sent >= self.count:
@@ -42,8 +43,8 @@ class BlastSource(InputOperator):
             self.sent += self.batch
             return
         n = min(self.batch, self.count - self.sent)
-        for _ in range(n):
-            emit(payload)
+        for i in range(n):
+            emit(payload[i])
         self.sent += n
 
 

@@ -1,0 +1,128 @@
+"""Recovery time and checkpoint overhead for the word-count DAG (run on demand).
+
+    python bench/bench_recovery.py [--kills 3] [--repeats 2]
+
+Recovery: a running word count's KeyCounter container is SIGKILLed; the time
+is measured from the kill until the redeployed operators report a window
+finished after their recovery checkpoint (polled through the admin API every
+20 ms; heartbeats every 100 ms, so the figure includes up to one heartbeat of
+reporting delay). The process exit is seen by the local launcher.
+
+Checkpoint overhead: the same DAG reading Moby-Dick as fast as it can, with
+CHECKPOINT_WINDOW_COUNT=1 (every window) and 60 (the default), runs
+alternated, throughput measured at the sink from its first to its last tuple.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+MOBY = ROOT / "specs" / "data" / "moby-dick.txt"
+
+THROUGHPUT_SPEC = """
+name: bench-checkpoint-{count}
+attributes: {{STREAMING_WINDOW_SIZE_MILLIS: 100, CHECKPOINT_WINDOW_COUNT: {count}, PROCESSING_MODE: EXACTLY_ONCE}}
+operators:
+  reader: {{class: "container.operators.io:LineReader", properties: {{path: "{moby}", lines_per_window: 400}}}}
+  split: {{class: "container.operators.text:WordSplitter"}}
+  count: {{class: "container.operators.aggregate:KeyCounter"}}
+  sink: {{class: "bench.bench_ops:CountSink", properties: {{result: "{result}"}}}}
+streams:
+  lines: {{from: reader.output, to: [split.input], locality: CONTAINER_LOCAL}}
+  words: {{from: split.output, to: [count.input]}}
+  counts: {{from: count.output, to: [sink.input]}}
+"""
+
+
+def cli(home: str, *args: str, check: bool = True) -> str:
+    env = dict(os.environ, STRAM_HOME=home, STRAM_LOG_LEVEL="WARNING")
+    proc = subprocess.run([sys.executable, "-m", "scripts.cli", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-2000:])
+    return proc.stdout
+
+
+def recovery_times(kills: int) -> list[float]:
+    import psutil
+    os.environ["STRAM_HOME"] = home = tempfile.mkdtemp(prefix="stram-bench-rec-")
+    from scripts import cli as stram
+    app_id = cli(home, "launch", "specs/wordcount.yaml", "--detach", "-D", f"operators.reader.path={MOBY}",
+                 "-D", "operators.reader.lines_per_window=20", "-D", "STREAMING_WINDOW_SIZE_MILLIS=100",
+                 "-D", "HEARTBEAT_INTERVAL_MILLIS=100", "-D", "CHECKPOINT_WINDOW_COUNT=10",
+                 "-D", "operators.out.path=" + os.path.join(home, "out")).strip().splitlines()[-1]
+    app = None
+    while app is None or not app.get("admin_url"):
+        time.sleep(0.2)
+        app = stram.find_app(app_id)
+    times = []
+    for _ in range(kills):
+        while True:
+            ops = stram.admin(app, "operators")["operators"]
+            if len(ops) == 4 and all(o["state"] == "ACTIVE" for o in ops):
+                break
+            time.sleep(0.1)
+        time.sleep(2.0)
+        target = next(c for c in stram.admin(app, "containers")["containers"]
+                      if c["state"] == "RUNNING" and "count" in c["operators"])
+        pid = int(target["process"].split("@")[0])
+        t0 = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        # wait for the master to redeploy, then for a window after the recovery checkpoint
+        while True:
+            ops = {o["name"]: o for o in stram.admin(app, "operators")["operators"]}
+            count = ops.get("count")
+            if count and count["container"] != target["id"] and count["state"] == "ACTIVE" \
+                    and count["current_window"] > count["recovery_checkpoint"]:
+                times.append(time.monotonic() - t0)
+                break
+            time.sleep(0.02)
+        psutil.Process(pid) if psutil.pid_exists(pid) else None
+    stram.admin(app, "kill", "POST", {})
+    return times
+
+
+def throughput(count: int) -> float:
+    home = tempfile.mkdtemp(prefix="stram-bench-ckpt-")
+    result = os.path.join(home, "result.json")
+    spec = os.path.join(home, "spec.yaml")
+    with open(spec, "w") as f:
+        f.write(THROUGHPUT_SPEC.format(count=count, moby=MOBY, result=result))
+    cli(home, "launch", spec)
+    with open(result) as f:
+        r = json.load(f)
+    return r["tuples"] / r["seconds"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kills", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args()
+    times = recovery_times(args.kills)
+    print("recovery (kill -> first new window reported): " + ", ".join(f"{t:.2f}s" for t in times)
+          + f"; median {statistics.median(times):.2f}s")
+    every, default = [], []
+    for _ in range(args.repeats):
+        every.append(throughput(1))
+        default.append(throughput(60))
+    e, d = statistics.median(every), statistics.median(default)
+    print(f"sink tuples/s with a checkpoint every window: {e:,.0f}; every 60 windows: {d:,.0f}; "
+          f"ratio {e / d:.3f} (overhead of checkpointing every window {100 * (1 - e / d):.1f}%)")
+
+
+if __name__ == "__main__":
+    main()
