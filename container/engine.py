@@ -49,7 +49,7 @@ IDLE_CALL_SECONDS = 50e-6
 #: Record batches per batch on Arrow ports.
 ARROW_BATCH_SIZE = 16
 #: Encoded batches larger than this are split before publishing.
-MAX_PAYLOAD_BYTES = 8 << 20
+MAX_PAYLOAD_BYTES = 32 << 20
 #: Bound of a node's input queue, in messages (batches or control tuples).
 QUEUE_CAPACITY = 256
 

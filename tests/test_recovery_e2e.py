@@ -188,3 +188,33 @@ streams:
     app = cli.local_apps()[0]
     assert app["state"] == "FAILED" and "failed fatally" in app["diagnostics"]
     assert "boom after 5 tuples (fatal)" in app["diagnostics"]
+
+
+def test_upstream_moves_downstream_agents_reconnect_without_restart(tmp_path):
+    """Connection refresh: the upstream's container dies and is replaced elsewhere;
+    the downstream agents keep running (same processes) and subscribe to the new
+    buffer server from the right window."""
+    out = tmp_path / "out"
+    app_id = launch_detached("specs/wordcount.yaml", *FAST, "-D", f"operators.reader.path={MOBY}",
+                             "-D", "operators.reader.lines_per_window=200", "-D", "operators.count.partitions=2",
+                             "-D", f"operators.out.path={out}")
+    wait_until(lambda: running_operators(app_id) == 6, what="all operators running")
+    app = cli.find_app(app_id)
+    before = {r["id"]: r for r in cli.admin(app, "containers")["containers"]}
+    upstream = next(c for c in before.values() if "split" in c["operators"])
+    downstream = {cid: c["process"] for cid, c in before.items() if cid != upstream["id"]}
+    os.kill(container_pid(app_id, upstream["id"]), signal.SIGKILL)
+    wait_until(lambda: running_operators(app_id) == 6 and any(
+        "split" in c["operators"] and c["id"] != upstream["id"]
+        for c in cli.admin(app, "containers")["containers"]), timeout=60, what="split redeployed")
+    after = {r["id"]: r for r in cli.admin(app, "containers")["containers"]}
+    new_upstream = next(c for c in after.values() if "split" in c["operators"])
+    assert new_upstream["buffer_server"] != upstream["buffer_server"]
+    for cid, process in downstream.items():
+        assert after[cid]["state"] == "RUNNING" and after[cid]["process"] == process, cid  # not restarted
+    assert cli.main(["wait", app_id, "--timeout", "180"]) == 0
+    logs = "".join(open(os.path.join(app["app_path"], "logs", f"{cid}.log")).read() for cid in downstream)
+    assert "undeployed operator" in logs  # the old subscriptions were closed ...
+    truth = word_truth(MOBY)
+    sums, maxima, _ = read_counts(out)
+    assert sums == truth and maxima == dict(truth)  # ... and the new ones started at the right window
