@@ -1,0 +1,109 @@
+"""MasterState clock events and the journal: timeouts, blocked operators, backoff, restore.
+
+Pure: no processes, no sockets; the clock is passed in.
+"""
+
+from __future__ import annotations
+
+import pickle
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "specdata"))
+
+import proto  # noqa: E402
+from appmaster.plan import OperatorState  # noqa: E402
+from appmaster.spec import AppSpec  # noqa: E402
+from appmaster.state import (KillContainer, LaunchContainer, MasterState,  # noqa: E402
+                             restart_backoff_millis)
+
+T0 = 1_700_000_000_000
+
+SPEC = """
+name: misc
+attributes: {STREAMING_WINDOW_SIZE_MILLIS: 100, HEARTBEAT_TIMEOUT_MILLIS: 3000, TIMEOUT_WINDOW_COUNT: 20}
+operators:
+  src: {class: spec_fixture_ops:Source}
+  out: {class: spec_fixture_ops:Sink}
+streams:
+  a: {from: src.output, to: [out.input]}
+"""
+
+
+def started() -> tuple[MasterState, dict[str, int]]:
+    state = MasterState(AppSpec.from_yaml(SPEC), "app", "file:///tmp/misc", "tok", T0, T0)
+    state.start(T0)
+    ids = {op.name: op.id for op in state.plan.operators.values()}
+    for cid in sorted(state.plan.containers):
+        state.heartbeat(proto.ContainerHeartbeat(container_id=cid, buffer_server_host="h",
+                                                 buffer_server_port=1), T0)
+    return state, ids
+
+
+def report(state: MasterState, op_id: int, window: int, now: int) -> proto.ContainerHeartbeatResponse:
+    op = state.plan.operators[op_id]
+    hb = proto.ContainerHeartbeat(container_id=op.container, buffer_server_host="h", buffer_server_port=1)
+    hb.container_stats.operators.add(node_id=op_id, state=proto.OperatorHeartbeat.ACTIVE,
+                                     current_window_id=window)
+    response, _ = state.heartbeat(hb, now)
+    state.validate_state()
+    return response
+
+
+def test_heartbeat_timeout_loses_the_container_and_replaces_it():
+    # t=0 both report; src's container goes silent; at t=3.001s it is lost
+    state, ids = started()
+    base = state.initial_window
+    report(state, ids["src"], base + 1, T0)
+    report(state, ids["out"], base + 1, T0)
+    old = state.plan.operators[ids["src"]].container
+    assert state.tick(T0 + 2_000) == []
+    report(state, ids["out"], base + 20, T0 + 2_900)
+    instructions = state.tick(T0 + 3_001)
+    assert KillContainer(old, f"no heartbeat from {old} for 3000 ms") in instructions
+    launches = [i for i in instructions if isinstance(i, LaunchContainer)]
+    assert len(launches) == 1 and launches[0].container_id != old
+    assert state.plan.operators[ids["src"]].container == launches[0].container_id
+    assert state.plan.operators[ids["out"]].state == OperatorState.PENDING_DEPLOY  # downstream redeploys
+    state.validate_state()
+
+
+def test_blocked_operator_is_reported_and_its_container_restarted():
+    # out stops finishing windows: after TIMEOUT_WINDOW_COUNT × 100 ms = 2 s it is blocked
+    state, ids = started()
+    base = state.initial_window
+    for k, t in enumerate(range(0, 1_000, 300)):
+        report(state, ids["src"], base + k + 1, T0 + t)
+        report(state, ids["out"], base + 1, T0 + t)
+    assert state.tick(T0 + 1_900) == [] and not state.blocked  # 1.9 s: not yet
+    report(state, ids["src"], base + 30, T0 + 2_500)
+    instructions = state.tick(T0 + 2_500)
+    assert [o for o in state.info()["blocked"]] == ["out"]
+    assert any(isinstance(i, KillContainer) for i in instructions)
+    assert state.plan.operators[ids["out"]].restarts == 1
+
+
+def test_restart_backoff_doubles_to_a_cap():
+    assert restart_backoff_millis(1) == 0  # the first recovery is immediate
+    assert [restart_backoff_millis(n) for n in (2, 3, 4)] == [250, 500, 1000]
+    assert restart_backoff_millis(50) == 30_000
+
+
+def test_journal_snapshot_restores_the_same_bookkeeping():
+    state, ids = started()
+    base = state.initial_window
+    hb = proto.ContainerHeartbeat(container_id=state.plan.operators[ids["src"]].container)
+    hb.container_stats.operators.add(node_id=ids["src"], state=proto.OperatorHeartbeat.ACTIVE,
+                                     current_window_id=base + 12, saved_checkpoints=[base + 10])
+    state.heartbeat(hb, T0 + 100)
+    snapshot = pickle.loads(pickle.dumps(state.snapshot()))
+    restored = MasterState.restore(AppSpec.from_yaml(SPEC), snapshot, "file:///tmp/misc", "tok", T0 + 5_000)
+    assert restored.attempt == 2
+    assert restored.committed == state.committed
+    assert {o.id: (o.recovery_checkpoint, o.container) for o in restored.plan.operators.values()} == \
+        {o.id: (o.recovery_checkpoint, o.container) for o in state.plan.operators.values()}
+    assert restored.plan.operators[ids["src"]].checkpoints == [base + 10]
+    # containers get a heartbeat timeout from the restore to come back
+    assert restored.tick(T0 + 5_000 + 2_000) == []
+    restored.validate_state()
+    assert "resumed from the journal" in restored.info()["events"][-1]["text"]
