@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from container.operator import InputOperator, InputPort, Operator, OutputPort, ShutdownException
+from container.operators.io import LineReader
 
 
 class BlastSource(InputOperator):
@@ -69,7 +70,8 @@ class CountSink(Operator):
         if self._n:
             self._last = time.perf_counter()
             with open(self.result, "w") as f:
-                json.dump({"tuples": self._n, "seconds": self._last - self._first}, f)
+                json.dump({"tuples": self._n, "seconds": self._last - self._first,
+                           "last_wall": time.time()}, f)
 
 
 class RowCountSink(CountSink):
@@ -79,3 +81,16 @@ class RowCountSink(CountSink):
         if not self._n:
             self._first = time.perf_counter()
         self._n += batch.num_rows
+
+
+class TimedLineReader(LineReader):
+    """A LineReader that records the wall-clock time of its first read in ``started_file``."""
+
+    started_file: str = ""
+
+    def emit_tuples(self) -> None:
+        if self.started_file and not getattr(self, "_stamped", False):
+            self._stamped = True
+            with open(self.started_file, "w") as f:
+                f.write(repr(time.time()))
+        super().emit_tuples()
