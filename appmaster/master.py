@@ -17,6 +17,7 @@ import threading
 import time
 from typing import Any
 
+from appmaster import scaling
 from appmaster.launcher import ContainerRequest, Launcher
 from appmaster.server import UmbilicalServicer, create_server
 from appmaster.state import (DeleteCheckpoints, Finish, Instruction, KillContainer, LaunchContainer,
@@ -57,6 +58,13 @@ class AppMaster:
         self.admin = None
         self.admin_url = ""
         self._stop_requested = False
+        #: Seconds a scale request retries a transient refusal (the CLI's HTTP timeout is 10 s).
+        self.scale_wait = 5.0
+        #: The DAG's STATS_LISTENER ("module:function"), called at most once a second.
+        self.stats_listener = _load_listener(spec)
+        self._listener_millis = 0
+        self._listener_heartbeats = -1
+        self._listener_complaints: dict[str, str] = {}
 
     # ------------------------------------------------------------ instructions
     def execute(self, instructions: list[Instruction]) -> None:
@@ -95,6 +103,113 @@ class AppMaster:
         elif isinstance(ins, Finish):
             self.final = ins
             self.finished.set()
+
+    # ------------------------------------------------------------ repartitioning
+    def scale(self, name: str, count: int, source: str = "request", wait: float | None = None
+              ) -> dict[str, Any]:
+        """Give logical operator ``name`` ``count`` partitions while the application runs.
+
+        The decision is :func:`appmaster.scaling.plan_scale`; here the old partitions'
+        checkpoints are read, split over the new partitions and written under the new
+        operator ids before the new plan is installed and journaled. A transient
+        refusal (no common checkpoint yet: partitions report their checkpoints in
+        different heartbeats; partitions still deploying) is retried for up to
+        ``wait`` seconds (default :attr:`scale_wait`), without holding the master's lock
+        in between.
+
+        Returns
+        -------
+        What was done (:meth:`appmaster.scaling.ScaleResult.to_dict`): old and new
+        partitions, the window they start after, containers launched and released,
+        operators redeployed.
+
+        Raises
+        ------
+        ValueError
+            The request was refused (:class:`appmaster.scaling.ScaleRefused`); nothing changed.
+        """
+        deadline = time.monotonic() + (self.scale_wait if wait is None else wait)
+        while True:
+            now = _now()
+            with self.lock:
+                try:
+                    change = scaling.plan_scale(self.state, name, count)
+                    old = {(op_id, window): self._read_checkpoint(op_id, window)
+                           for op_id, window in change.reads}
+                    for (op_id, window), state in scaling.split_states(change, old).items():
+                        self._write_checkpoint(op_id, window, state)
+                    result, instructions = scaling.apply_scale(self.state, change, now, source)
+                    self.journal()
+                    break
+                except ValueError as exc:
+                    if getattr(exc, "transient", False) and time.monotonic() < deadline:
+                        pass
+                    else:
+                        if source == "request":
+                            self.state.event(now, "scale", f"refused {name} → {count}: {exc}")
+                        raise
+            time.sleep(0.1)
+        self.execute(instructions)
+        return result.to_dict()
+
+    def _read_checkpoint(self, op_id: int, window: int) -> dict[str, Any]:
+        import pickle
+        uri = fs.join(self.app_path, "checkpoints", str(op_id), str(window))
+        try:
+            return pickle.loads(fs.read_bytes(uri))
+        except Exception as exc:  # noqa: BLE001 - a missing or unreadable file refuses the change
+            raise scaling.ScaleRefused(f"cannot read checkpoint {window:x} of operator {op_id}: "
+                                       f"{type(exc).__name__}: {exc}") from None
+
+    def _write_checkpoint(self, op_id: int, window: int, state: dict[str, Any]) -> None:
+        import pickle
+        uri = fs.join(self.app_path, "checkpoints", str(op_id), str(window))
+        try:
+            fs.write_atomic(uri, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
+        except OSError as exc:
+            raise scaling.ScaleRefused(f"cannot write checkpoint {window:x} of new operator {op_id}: "
+                                       f"{exc}") from None
+
+    def poll_stats_listener(self) -> list[dict[str, Any]]:
+        """Call STATS_LISTENER with the operators' stats (at most once a second, after new
+        heartbeats) and apply the partition counts it asks for; what was scaled.
+
+        The listener's errors and refused requests are logged; they never stop the master.
+        """
+        listener = self.stats_listener
+        if listener is None:
+            return []
+        now = _now()
+        with self.lock:
+            if self.state.state != "RUNNING" or now - self._listener_millis < LISTENER_INTERVAL_MILLIS \
+                    or self.state.heartbeats == self._listener_heartbeats:
+                return []
+            self._listener_millis = now
+            self._listener_heartbeats = self.state.heartbeats
+            view = scaling.stats_view(self.state)
+        try:
+            wanted = scaling.listener_requests(view, listener(view))
+        except Exception as exc:  # noqa: BLE001 - user code
+            self._complain("listener", f"stats listener {self.spec.attribute('STATS_LISTENER')} failed: "
+                                       f"{type(exc).__name__}: {exc}")
+            return []
+        done = []
+        for name, count in wanted:
+            try:
+                done.append(self.scale(name, count, source="stats listener", wait=0))
+                self._listener_complaints.pop(name, None)
+            except ValueError as exc:
+                self._complain(name, f"stats listener asked for {count} partitions of {name}: {exc}")
+            except Exception:  # noqa: BLE001
+                log.exception("stats listener: scaling %s to %d failed", name, count)
+        return done
+
+    def _complain(self, key: str, msg: str) -> None:
+        """Log a listener problem once until it changes (the listener runs every second)."""
+        if self._listener_complaints.get(key) != msg:
+            self._listener_complaints[key] = msg
+            with self.lock:
+                self.state.event(_now(), "listener", msg)
 
     # ------------------------------------------------------------ run
     def start(self) -> None:
@@ -147,6 +262,10 @@ class AppMaster:
                 instructions += self.state.tick(_now())
                 self.journal()
             self.execute(instructions)
+            try:
+                self.poll_stats_listener()
+            except Exception:  # noqa: BLE001 - the hook must never stop the master
+                log.exception("stats listener hook failed")
             if self._stop_requested:
                 with self.lock:
                     self.execute(self.state.kill(_now()))
@@ -211,6 +330,26 @@ class AppMaster:
             fs.write_atomic(fs.join(self.app_path, "status.json"), json.dumps(status).encode())
         except OSError:
             log.exception("could not write status.json")
+
+
+#: The stats listener is called at most this often.
+LISTENER_INTERVAL_MILLIS = 1000
+
+
+def _load_listener(spec: Any) -> Any:
+    """The DAG's STATS_LISTENER function, or None (a broken reference is logged, not fatal)."""
+    try:
+        ref = spec.attribute("STATS_LISTENER")
+    except Exception:  # noqa: BLE001 - specs without the attribute
+        return None
+    if not ref:
+        return None
+    from container.engine import load_class
+    try:
+        return load_class(ref)
+    except Exception:  # noqa: BLE001
+        log.exception("cannot load STATS_LISTENER %s; running without it", ref)
+        return None
 
 
 def install_signal_handlers(master: AppMaster) -> None:

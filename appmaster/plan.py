@@ -17,6 +17,10 @@ __all__ = ["OperatorState", "PTInput", "PTOperator", "PTContainer", "PhysicalPla
 
 INLINE_LOCALITIES = ("THREAD_LOCAL", "CONTAINER_LOCAL")
 
+#: Publishers feeding partitioned subscribers tag payloads with at least this many hash bits,
+#: so that an operator can be repartitioned to up to 16 partitions while its upstream runs on.
+PUBLISHER_TAG_MASK = 0xF
+
 
 class OperatorState(enum.Enum):
     """Life of a physical operator on the master."""
@@ -76,6 +80,8 @@ class PTOperator:
     window_advanced_millis: int = 0
     #: AT_MOST_ONCE recovery: subscribe from this window instead of replaying.
     resume_window: int = 0
+    #: Output port -> tag mask its publisher was last deployed with (subscribers may not exceed it).
+    publisher_masks: dict[str, int] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -155,7 +161,9 @@ class PhysicalPlan:
                         down.inputs.append(PTInput(sink.port, sname, up.id, stream.source.port, loc, codec=codec))
                         if loc:
                             (thread_groups if loc == "THREAD_LOCAL" else groups).append({up.id, down.id})
-                elif len(downstream) == 1 and len(upstream) > 1:
+                elif len(downstream) == 1 and len(upstream) > 1 and not getattr(
+                        spec.operators[sink.operator].load_class(), "external_inputs", False):
+                    # (an operator reading its inputs itself gets every upstream partition: no unifier)
                     down = downstream[0]
                     unifier = plan._add(PTOperator(
                         id=0, name=f"{stream.source.operator}.{stream.source.port}.unifier", kind="UNIFIER",
@@ -284,10 +292,17 @@ class PhysicalPlan:
         return source is not None and source.container == op.container
 
     def output_mask(self, op_id: int, port: str) -> int:
-        """Largest partition mask among the subscribers of an output port."""
+        """Tag mask of an output port's publisher: 0 when no subscriber is partitioned, else the
+        largest subscriber mask widened to :data:`PUBLISHER_TAG_MASK` (headroom for repartitioning)."""
         masks = [i.partition_mask for d in self.downstream(op_id)
                  for i in self.operators[d].inputs if i.source_id == op_id and i.source_port == port]
-        return max(masks, default=0)
+        widest = max(masks, default=0)
+        return widest | PUBLISHER_TAG_MASK if widest else 0
+
+    def partitions(self, name: str) -> list[PTOperator]:
+        """The physical partitions of a logical operator (no unifiers), by partition index."""
+        return sorted((op for op in self.operators.values() if op.name == name and op.kind != "UNIFIER"),
+                      key=lambda op: (op.partition_index, op.id))
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready description (journal and admin API)."""

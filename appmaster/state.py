@@ -448,8 +448,10 @@ class MasterState:
             subscribers = [(d, i) for d in plan.downstream(op.id)
                            for i in plan.operators[d].inputs if i.source_id == op.id and i.source_port == port]
             remote = any(plan.operators[d].container != op.container for d, _ in subscribers)
+            tag_mask = plan.output_mask(op.id, port)
+            op.publisher_masks[port] = tag_mask  # what the running publisher tags with (scaling reads it)
             out = info.outputs.add(port_name=port, declared_stream_id=stream, remote=remote,
-                                   partition_mask=plan.output_mask(op.id, port))
+                                   partition_mask=tag_mask)
             if remote:
                 host, bport = plan.containers[op.container].buffer_server or ("", 0)
                 out.buffer_server_host, out.buffer_server_port, out.buffer_server_token = host, bport, token
@@ -615,24 +617,8 @@ class MasterState:
                     replacements[old.id] = new_id
                 self.plan.assign(op_id, new_id)
             else:
-                # redeploy in place: undeploy now, reset its publishers, deploy again
-                self._undeploy[old.id].add(op_id)
-                self._resets[old.id].update(f"{op_id}.{port}" for port in op.outputs)
-                old.pending_deploy.add(op_id)
-            op.state = OperatorState.PENDING_DEPLOY
-            if op.attributes.get("PROCESSING_MODE", self.attr("PROCESSING_MODE")) == "AT_MOST_ONCE":
-                # skip what was missed: resume after the newest window any upstream finished
-                latest = [self.plan.operators[u].current_window for u in self.plan.upstream(op_id)
-                          if u not in affected]
-                op.resume_window = max(latest, default=0) + 1 if latest else 0
-            op.checkpoints = [c for c in op.checkpoints if c <= op.recovery_checkpoint]
-            op.current_window = op.recovery_checkpoint
-            op.window_advanced_millis = 0
-            if op.shutdown_window is not None:
-                for ids in self.shutdown_operators.values():
-                    if op_id in ids:
-                        ids.remove(op_id)
-                op.shutdown_window = None
+                self._redeploy_in_place(op)
+            self._reset_for_redeploy(op, affected)
         for window in [w for w, ids in self.shutdown_operators.items() if not ids]:
             self.shutdown_operators.pop(window)
         for old_id, new_id in replacements.items():
@@ -650,6 +636,30 @@ class MasterState:
         self.event(now, "recover", "redeploying " + ", ".join(
             f"{self.plan.operators[o].label}@{_w(self.plan.operators[o].recovery_checkpoint)}" for o in sorted(affected)))
         return instructions
+
+    def _redeploy_in_place(self, op: PTOperator) -> None:
+        """Undeploy ``op`` in its surviving container now, reset its publishers, deploy it again."""
+        container = self.plan.containers[op.container or ""]
+        self._undeploy[container.id].add(op.id)
+        self._resets[container.id].update(f"{op.id}.{port}" for port in op.outputs)
+        container.pending_deploy.add(op.id)
+
+    def _reset_for_redeploy(self, op: PTOperator, affected: set[int]) -> None:
+        """An operator about to be deployed again resumes from its recovery checkpoint."""
+        op.state = OperatorState.PENDING_DEPLOY
+        if op.attributes.get("PROCESSING_MODE", self.attr("PROCESSING_MODE")) == "AT_MOST_ONCE":
+            # skip what was missed: resume after the newest window any upstream finished
+            latest = [self.plan.operators[u].current_window for u in self.plan.upstream(op.id)
+                      if u not in affected]
+            op.resume_window = max(latest, default=0) + 1 if latest else 0
+        op.checkpoints = [c for c in op.checkpoints if c <= op.recovery_checkpoint]
+        op.current_window = op.recovery_checkpoint
+        op.window_advanced_millis = 0
+        if op.shutdown_window is not None:
+            for ids in self.shutdown_operators.values():
+                if op.id in ids:
+                    ids.remove(op.id)
+            op.shutdown_window = None
 
     def report_error(self, container_id: str, operators: list[int], msg: str, now: int) -> list[Instruction]:
         self.errors.append({"millis": now, "container": container_id, "operators": list(operators), "msg": msg})
@@ -714,6 +724,26 @@ class MasterState:
                 or op.recovery_checkpoint == self.initial_window, (op.id, self.committed, op.recovery_checkpoint)
             holders = [c.id for c in self.plan.containers.values() if op.id in c.operators]
             assert holders == [op.container], (op.id, holders, op.container)
+        # partitioned streams: a publisher tags enough hash bits for each remote subscriber's
+        # mask, and no masked hash value goes to two partitions of one subscriber
+        owners: dict[tuple, list] = collections.defaultdict(list)
+        for op in ops.values():
+            for i in op.inputs:
+                src = ops.get(i.source_id)
+                if src is None:
+                    continue
+                tags = src.publisher_masks.get(i.source_port)
+                if tags is not None and src.container != op.container and src.state in (
+                        OperatorState.ACTIVE, OperatorState.DEPLOYING):
+                    assert not i.partition_mask & ~tags, (src.id, i.source_port, tags, op.id, i.partition_mask)
+                consumer = op.id if op.kind == "UNIFIER" else op.name
+                owners[(i.source_id, i.source_port, consumer, i.port)].append(i)
+        for key, inputs in owners.items():
+            if len(inputs) > 1:
+                width = max(i.partition_mask for i in inputs)
+                taken = collections.Counter(v for i in inputs for v in range(width + 1)
+                                            if (v & i.partition_mask) in i.partition_keys or not i.partition_mask)
+                assert all(n == 1 for n in taken.values()), f"partition keys overlap on {key}: {taken}"
         for window, ids in self.shutdown_operators.items():
             for op_id in ids:
                 assert op_id in ops and ops[op_id].state == OperatorState.SHUTDOWN, (window, op_id)

@@ -113,26 +113,23 @@ def test_buffers_purged_and_old_checkpoints_deleted(tmp_path):
     first = cli.admin(app, "info")["committed_window"]
     wait_until(lambda: cli.admin(app, "info")["committed_window"] > first + 20, timeout=60,
                what="the committed window to advance")
-    time.sleep(1.0)  # a heartbeat carries the purge out and reports the buffers
-    info = cli.admin(app, "info")
-    committed = info["committed_window"]
+    committed = cli.admin(app, "info")["committed_window"]
+    time.sleep(1.5)  # several heartbeats: the purge up to committed - 1 is carried out and reported
     publishers = {}
     for row in cli.admin(app, "containers")["containers"]:
         publishers.update(row["buffer_server_publishers"])
     assert publishers, "no buffer-server publishers reported"
     for name, stats in publishers.items():
-        # windows <= committed - 1 are gone (the oldest held is newer); newer ones are kept
-        assert stats["windows"] == 0 or stats["first_window"] >= committed - 1 - 5, (name, stats, committed)
-        assert stats["first_window"] > first, (name, stats, first)
-    spool_dirs = list((tmp_path.parent).glob("nothing"))  # spill files: checked in test_bufferserver
-    assert not spool_dirs
+        # every window <= committed - 1 is gone; the oldest one held is newer
+        assert stats["windows"] == 0 or stats["first_window"] >= committed - 1, (name, stats, committed)
+        assert stats["last_window"] > committed, (name, stats)  # windows after it are kept
+    # checkpoints older than each operator's recovery checkpoint are deleted
+    recovery = {str(r["id"]): r["recovery_checkpoint"] for r in cli.admin(app, "operators")["operators"]}
+    time.sleep(1.5)
     ckpt_root = os.path.join(app["app_path"], "checkpoints")
-    for op_dir in os.listdir(ckpt_root):
-        windows = sorted(int(w) for w in os.listdir(os.path.join(ckpt_root, op_dir)) if w.isdigit())
-        rec = [r for r in cli.admin(app, "operators")["operators"] if str(r["id"]) == op_dir]
-        if rec:
-            assert all(w >= rec[0]["recovery_checkpoint"] for w in windows[:-3]), (op_dir, windows, rec)
-        assert len(windows) <= 6, f"old checkpoints of operator {op_dir} not deleted: {len(windows)}"
+    for op_dir, rec in recovery.items():
+        windows = [int(w) for w in os.listdir(os.path.join(ckpt_root, op_dir)) if w.isdigit()]
+        assert windows and min(windows) >= rec, (op_dir, sorted(windows), rec)
     assert cli.main(["kill-app", app_id]) == 0
 
 

@@ -170,6 +170,12 @@ class JsonLinesOutput(Operator):
                 fs.move(tmp, final)
         self.pending = keep
 
+    @classmethod
+    def split_state(cls, states, count, owner):  # noqa: ANN001, ANN206
+        """Refuse: each partition owns uncommitted window files only it finalizes."""
+        raise ValueError("JsonLinesOutput cannot be repartitioned while running: each partition "
+                         "finalizes its own uncommitted window files")
+
     def _tmp(self, window_id: int) -> str:
         return fs.join(self._dir, f"{window_id:020d}.tmp")
 
