@@ -106,16 +106,15 @@ class QueueSink(Sink):
 
 
 class DirectSink(Sink):
-    """THREAD_LOCAL control path: control tuples go straight to the downstream node."""
+    """THREAD_LOCAL control path: control tuples go straight to the downstream node.
+
+    Data does not pass through here: the port calls the downstream's tuple
+    handler directly (see :class:`PortOutput`).
+    """
 
     def __init__(self, node: "Node", source_index: int) -> None:
         self.node = node
         self.src = source_index
-
-    def data(self, batch: list) -> None:  # only used when a port mixes sink kinds
-        handler = self.node.handlers[self.src]
-        for t in batch:
-            handler(t)
 
     def control(self, kind: int, window_id: int) -> None:
         self.node.on_message(self.src, kind, window_id)
