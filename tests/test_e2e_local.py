@@ -59,9 +59,13 @@ def running_operators(app_id: str) -> int:
         return 0
 
 
-def test_wordcount_exact_counts(tmp_path, capsys):
+@pytest.mark.parametrize("extra", [
+    [],  # reader+split CONTAINER_LOCAL, count and out in their own containers
+    ["-D", "streams.lines.locality=THREAD_LOCAL", "-D", "streams.counts.locality=THREAD_LOCAL"],
+], ids=["container-local", "thread-local"])
+def test_wordcount_exact_counts(tmp_path, capsys, extra):
     out = tmp_path / "out"
-    code = cli.main(["launch", "specs/wordcount.yaml", "-D", f"operators.out.path={out}"])
+    code = cli.main(["launch", "specs/wordcount.yaml", "-D", f"operators.out.path={out}", *extra])
     assert code == 0, capsys.readouterr().err
     truth = word_truth(WORDS)
     sums, maxima, _ = read_counts(out)
