@@ -128,6 +128,10 @@ def admin(app: dict[str, Any], path: str, method: str = "GET", body: dict | None
         from appmaster import yarn
         with yarn.connect() as client:
             return yarn.admin_request(app["id"], client, path, method, body)
+    deadline = time.monotonic() + 20
+    while app.get("state") == "STARTING" and not app.get("admin_url") and time.monotonic() < deadline:
+        time.sleep(0.2)  # the master is starting: its admin API comes up in a moment
+        app = find_app(app["id"])
     if app.get("state") in TERMINAL or not app.get("admin_url"):
         raise CLIError(f"application {app['id']} is {app.get('state')}; its master is not running")
     return _http(app["admin_url"].rstrip("/") + "/ws/v2/stram/" + path, method, body)
@@ -174,6 +178,10 @@ def _emit(data: Any, as_json: bool, human: Callable[[Any], str]) -> None:
 
 def launch(args: argparse.Namespace) -> int:
     from appmaster.spec import AppSpec, SpecError
+    # application modules resolve from the working directory, as they will in
+    # the master and the containers (which run with it on PYTHONPATH)
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         spec = AppSpec.from_file(args.spec, overrides=args.define or ())
     except SpecError as exc:
