@@ -663,7 +663,7 @@ def get_session(conf: dict[str, Any] | None = None, app_name: str = "stram") -> 
             "spark.ui.showConsoleProgress": "false",
             "spark.sql.shuffle.partitions": str(max(2, os.cpu_count() or 2)),
             "spark.sql.session.timeZone": "UTC",
-            "spark.sql.streaming.stopTimeout": "20s",
+            "spark.sql.streaming.stopTimeout": "10s",
             "spark.driver.host": "127.0.0.1",
             "spark.driver.bindAddress": "127.0.0.1",
         }
@@ -674,7 +674,17 @@ def get_session(conf: dict[str, Any] | None = None, app_name: str = "stram") -> 
         builder = SparkSession.builder.appName(app_name)
         for key, value in settings.items():
             builder = builder.config(key, value)
-        session = builder.getOrCreate()
+        for attempt in range(3):
+            try:
+                session = builder.getOrCreate()
+                break
+            except Exception as exc:  # noqa: BLE001
+                # Forking the JVM's launcher from a process running gRPC threads fails now and then
+                # (the child dies in gRPC's fork handler): try again.
+                if "JAVA_GATEWAY_EXITED" not in str(exc) or attempt == 2:
+                    raise
+                log.warning("the Spark JVM did not start (%s); trying again", _first_line(exc))
+                time.sleep(1.0)
         session.sparkContext.setLogLevel(str(settings.get("spark.log.level", "WARN")).upper())
         session.dataSource.register(StramDataSource)
         _session = session
@@ -729,6 +739,10 @@ class PipelineContext:
         """Start a ``DataStreamWriter`` with this operator's checkpoint location, trigger and name."""
         return (writer.option("checkpointLocation", self.checkpoint_location)
                 .queryName(self.query_name).trigger(processingTime=self.trigger).start())
+
+
+class _Stopped(Exception):
+    """The operator was undeployed while its query was being built."""
 
 
 @dataclass
@@ -967,12 +981,9 @@ class SparkPipeline(InputOperator):
         self._stop.set()
         query, self._query = self._query, None
         if query is not None:
-            try:
-                query.stop()
-            except Exception:  # noqa: BLE001 - the JVM may be gone
-                log.warning("SparkPipeline %s: stopping the query failed", self._label, exc_info=True)
+            _stop_query(query)
         if self._driver is not None:
-            self._driver.join(10)
+            self._driver.join(5)
 
     # -- operator side of the channel ---------------------------------------
     def _publish_state(self, force: bool = False) -> None:
@@ -1057,6 +1068,8 @@ class SparkPipeline(InputOperator):
     def _drive(self) -> None:
         try:
             self._drive_query()
+        except _Stopped:
+            pass
         except FatalError as exc:
             self._fail(str(exc), fatal=True)
         except Exception as exc:  # noqa: BLE001
@@ -1084,19 +1097,26 @@ class SparkPipeline(InputOperator):
                              f"{_first_line(exc)}") from None
         if self._stop.is_set():
             return
+        startup = round(time.monotonic() - started, 1)
         with self._lock:
-            self._progress.update({"spark_state": "running", "spark_startup_seconds": round(time.monotonic() - started, 1)})
+            self._progress.update({"spark_state": "running", "spark_startup_seconds": startup})
         restarts: list[float] = []
         while not self._stop.is_set():
             query = self._start_query(spark)
             self._query = query
-            outcome = self._watch(query)
+            log.info("SparkPipeline %s: query %s started (Spark ready after %.1fs), checkpoint %s",
+                     self._label, getattr(self._pipeline_ctx, "query_name", ""), startup, self._ckpt)
+            try:
+                outcome = self._watch(query)
+            finally:
+                if self._stop.is_set():  # undeployed meanwhile: leave no query behind
+                    _stop_query(query)
             if outcome == "done" or self._stop.is_set():
                 return
             # the query failed: classify, then restart it in place or give up
             text = _exception_text(query)
             if SCHEMA_MARKER in text:
-                raise FatalError(f"SparkPipeline {self._label}: {_marker_line(text, SCHEMA_MARKER)}")
+                raise FatalError(_marker_line(text, SCHEMA_MARKER))
             now = time.monotonic()
             restarts = [t for t in restarts if now - t < 300] + [now]
             reason = (_marker_line(text, READ_MARKER) if READ_MARKER in text else _first_line(text))
@@ -1146,6 +1166,8 @@ class SparkPipeline(InputOperator):
         from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
         if isinstance(result, DataStreamWriter):
+            if self._stop.is_set():  # undeployed meanwhile: the next incarnation starts the query
+                raise _Stopped()
             try:
                 return pctx.start(result)
             except Exception as exc:  # noqa: BLE001
@@ -1172,6 +1194,9 @@ class SparkPipeline(InputOperator):
                 raise
             fresh = [p for p in recent if p.get("batchId", -1) > seen]
             if fresh:
+                if seen < 0:
+                    log.info("SparkPipeline %s: first batch done (%s ms)", self._label,
+                             (fresh[0].get("durationMs") or {}).get("triggerExecution"))
                 seen = fresh[-1]["batchId"]
                 total += sum(int(p.get("numInputRows") or 0) for p in fresh)
                 self._record_progress(fresh[-1], total)
@@ -1238,6 +1263,14 @@ class SparkPipeline(InputOperator):
         }
         with self._lock:
             self._progress.update(metrics)
+
+
+def _stop_query(query: Any) -> None:
+    try:
+        if query.isActive:
+            query.stop()
+    except Exception:  # noqa: BLE001 - the JVM may be gone
+        log.warning("stopping a streaming query failed", exc_info=True)
 
 
 def _exception_text(query: Any) -> str:
