@@ -81,6 +81,8 @@ SOURCE_NAME = "stram"
 #: Markers in exception messages: they survive the trip through Spark's error wrapping.
 SCHEMA_MARKER = "[STRAM_SCHEMA_MISMATCH]"
 READ_MARKER = "[STRAM_READ_ERROR]"
+#: Seconds a committed window may wait for upstream probes before it is reported anyway.
+_HOLD_LIMIT = 15.0
 #: Subscribing from this window delivers only a stream's END_STREAM (if it has one).
 _PROBE_WINDOW = 1 << 62
 
@@ -303,7 +305,13 @@ def _rows_to_batch(tuples: list, arrow_schema: Any, names: list[str], where: str
             if missing:
                 raise StramSchemaError(f"{where}: tuple {_short(first)} has no field(s) {missing} of the "
                                        f"declared schema ({', '.join(names)})")
-            return pa.RecordBatch.from_pylist(tuples, schema=arrow_schema)
+            try:  # column by column: about twice as fast as from_pylist
+                columns = [[t[n] for t in tuples] for n in names]
+            except KeyError as exc:
+                raise StramSchemaError(f"{where}: a tuple has no field {exc} of the declared schema "
+                                       f"({', '.join(names)})") from None
+            return pa.RecordBatch.from_arrays(
+                [pa.array(col, type=f.type) for col, f in zip(columns, arrow_schema)], schema=arrow_schema)
         if isinstance(first, (tuple, list)):
             if len(first) != len(names):
                 raise StramSchemaError(f"{where}: tuple {_short(first)} has {len(first)} fields, the declared "
@@ -451,11 +459,12 @@ def read_partition(partition: StramPartition, schema: Any) -> Iterator[Any]:
 
 
 def probe_end_of_stream(host: str, port_number: int, token: bytes, publisher: str, after_window: int,
-                        wait: float = 0.5, connect_timeout: float = 2.0) -> tuple[bool | None, int]:
-    """Whether a publisher's stream has ended, and its last window.
+                        wait: float = 0.6, connect_timeout: float = 2.0) -> tuple[bool | None, int]:
+    """Whether a publisher's stream ended after ``after_window``, or goes on.
 
     Subscribes from ``after_window + 1`` with a partition filter no payload
-    passes (control tuples only) and reads for up to ``wait`` seconds.
+    passes (control tuples only) and reads until END_STREAM, a window after
+    ``after_window``, or ``wait`` seconds.
 
     Parameters
     ----------
@@ -468,32 +477,33 @@ def probe_end_of_stream(host: str, port_number: int, token: bytes, publisher: st
 
     Returns
     -------
-    (ended, last_window)
-        ``ended`` is True once END_STREAM arrived, False when it did not
-        within ``wait``, None when the buffer server could not be asked;
-        ``last_window`` is the newest window seen ended (at least ``after_window``).
+    (ended, window)
+        ``(True, after_window)`` once END_STREAM arrived right after it (so
+        ``after_window`` was the last window); ``(False, w)`` with
+        ``w > after_window`` when window ``w`` exists (the stream goes on);
+        ``(False, after_window)`` when neither came within ``wait``; ``(None,
+        after_window)`` when the buffer server could not be asked.
     """
     from container.bufferserver import BufferServerError, MessageType, Subscriber
 
     sub = Subscriber(host, port_number, token, publisher, after_window + 1, mask=0xFFFFFFFF, keys=(),
                      reconnect=False, connect_timeout=connect_timeout, subscriber_id=f"spark-probe:{os.getpid()}")
-    last = after_window
     deadline = time.monotonic() + wait
     try:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                return False, last
+                return False, after_window
             messages = sub.poll(left)
             if messages is None:
-                return True, last
+                return True, after_window
             for kind, value in messages:
-                if kind == MessageType.END_WINDOW:
-                    last = max(last, value)
-                elif kind == MessageType.END_STREAM:
-                    return True, last
+                if kind == MessageType.END_STREAM:
+                    return True, after_window
+                if kind == MessageType.BEGIN_WINDOW and value > after_window:
+                    return False, value
     except (BufferServerError, OSError):
-        return None, last
+        return None, after_window
     finally:
         _close_subscriber(sub)
 
@@ -518,12 +528,17 @@ class _CommitLog:
         self.location = location
         self.batch = -1
         self.windows: dict[str, int] = {}
+        self._lock = threading.Lock()
 
     def _uri(self, *parts: str) -> str:
         return fs.join(self.location, *parts)
 
     def poll(self) -> dict[str, int]:
         """Port -> end window of the newest committed batch (empty before the first)."""
+        with self._lock:
+            return dict(self._poll())
+
+    def _poll(self) -> dict[str, int]:
         newest = self.batch
         if newest < 0:
             try:
@@ -762,6 +777,8 @@ class _Upstream:
     changed: float = 0.0
     ended: int | None = None
     probed: float = 0.0
+    #: A window known to exist after ``window`` (the stream goes on).
+    proof: int = -1
 
 
 class SparkPipeline(InputOperator):
@@ -829,7 +846,7 @@ class SparkPipeline(InputOperator):
 
     transient = ("_ctx", "_label", "_build", "_upstreams", "_channel", "_ckpt", "_commit_log", "_driver",
                  "_probe", "_lock", "_stop", "_error", "_fatal", "_done", "_progress", "_state_key",
-                 "_next_poll", "_window", "_query", "_window_ms", "_uw_seen", "_pipeline_ctx", "_schemas")
+                 "_next_poll", "_window", "_query", "_window_ms", "_uw_seen", "_pipeline_ctx", "_schemas", "_reportable")
 
     def __init__(self) -> None:
         #: Newest window Spark committed (reported as this operator's checkpoint).
@@ -860,6 +877,7 @@ class SparkPipeline(InputOperator):
         self._uw_seen = False
         self._pipeline_ctx: PipelineContext | None = None
         self._schemas: dict[str, str] = {}
+        self._reportable = -1
 
     def set_state(self, state: dict[str, Any]) -> None:
         super().set_state(state)
@@ -885,7 +903,7 @@ class SparkPipeline(InputOperator):
         self._publish_state(force=True)
         self._driver = threading.Thread(target=self._drive, daemon=True, name=f"spark-{context.id}")
         self._driver.start()
-        self._probe = threading.Thread(target=self._watch_ends, daemon=True, name=f"spark-probe-{context.id}")
+        self._probe = threading.Thread(target=self._follow, daemon=True, name=f"spark-follow-{context.id}")
         self._probe.start()
 
     def _load_pipeline(self) -> Callable[..., Any]:
@@ -1032,8 +1050,8 @@ class SparkPipeline(InputOperator):
         return result
 
     def _report_committed(self) -> None:
-        window = self._committed_window()
-        if window is not None and window > self.spark_committed:
+        window = self._reportable
+        if window > self.spark_committed:
             self.spark_committed = window
             assert self._ctx is not None
             self._ctx.report_checkpoint(window)
@@ -1046,23 +1064,58 @@ class SparkPipeline(InputOperator):
             initial = self._ctx.checkpoint_window if self._ctx is not None else -1
             return max([int(u.ended) for u in self._upstreams] + [initial])  # type: ignore[arg-type]
 
-    def _watch_ends(self) -> None:
-        """Probe upstream publishers whose window stopped advancing for END_STREAM."""
+    def _follow(self) -> None:
+        """Background: Spark's committed window, gated on the ends of the upstream streams.
+
+        A committed window ``w`` becomes reportable once every upstream partition
+        is known to have ended or to go on after ``w`` (a probe of its buffer
+        server). Reporting the last window of an upstream that just ended lets the
+        master remove it (and release its buffer server), so its END_STREAM must
+        be seen first. Upstreams whose window stopped advancing are probed too.
+        """
         stale = max(1.0, 2.5 * self._window_ms / 1000)
-        while not self._stop.wait(0.5):
-            now = time.monotonic()
-            with self._lock:
-                due = [u for u in self._upstreams if u.ended is None and u.window is not None
-                       and now - u.changed >= stale and now - u.probed >= 1.0]
-            for up in due:
-                ended, last = probe_end_of_stream(up.host, up.port_number, up.token, up.publisher,
-                                                  int(up.window))  # type: ignore[arg-type]
+        held_since: float | None = None
+        while not self._stop.wait(0.2):
+            try:
+                committed = self._committed_window()
+                if committed is not None and committed > self._reportable:
+                    now = time.monotonic()
+                    if self._may_report(committed) or (held_since is not None and now - held_since > _HOLD_LIMIT):
+                        self._reportable = committed
+                        held_since = None
+                    elif held_since is None:
+                        held_since = now
+                now = time.monotonic()
                 with self._lock:
-                    up.probed = time.monotonic()
-                    if ended and up.ended is None:
-                        up.ended = last
-                if ended:
-                    log.info("SparkPipeline %s: stream %s ended after window %x", self._label, up.publisher, last)
+                    due = [u for u in self._upstreams if u.ended is None and u.window is not None
+                           and now - u.changed >= stale and now - u.probed >= 1.0 and u.proof <= u.window]
+                for up in due:
+                    self._probe_upstream(up)
+            except Exception:  # noqa: BLE001 - keep following; the driver reports real failures
+                log.warning("SparkPipeline %s: following commits failed", self._label, exc_info=True)
+
+    def _probe_upstream(self, up: _Upstream) -> None:
+        ended, window = probe_end_of_stream(up.host, up.port_number, up.token, up.publisher,
+                                            int(up.window))  # type: ignore[arg-type]
+        with self._lock:
+            up.probed = time.monotonic()
+            if ended and up.ended is None:
+                up.ended = window
+                log.info("SparkPipeline %s: stream %s ended after window %x", self._label, up.publisher, window)
+            elif ended is False:
+                up.proof = max(up.proof, window)
+
+    def _may_report(self, window: int) -> bool:
+        """Every upstream partition ended, or has a window after ``window``."""
+        def settled(u: _Upstream) -> bool:
+            return u.ended is not None or u.window is None or window < u.window or window < u.proof
+
+        with self._lock:
+            pending = [u for u in self._upstreams if not settled(u)]
+        for up in pending:
+            self._probe_upstream(up)
+        with self._lock:
+            return all(settled(u) for u in self._upstreams)
 
     # -- the Spark side (driver thread) --------------------------------------
     def _drive(self) -> None:
