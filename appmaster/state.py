@@ -675,7 +675,7 @@ class MasterState:
         """Graceful end: ask every input operator to end its stream."""
         self.shutdown_requested = True
         for op in self.plan.operators.values():
-            if op.kind == "INPUT" and op.container:
+            if op.kind == "INPUT" and not op.inputs and op.container:  # sources, not readers of streams
                 self._node_requests[op.container].append(proto.StramToNodeRequest(
                     operator_id=op.id, request_type=proto.StramToNodeRequest.SHUTDOWN_OPERATOR))
         self.event(now, "shutdown", "shutdown requested: ending the input operators' streams")

@@ -247,8 +247,8 @@ class Agent:
         """Carry out a heartbeat response; True when the container should exit."""
         if r.heartbeat_interval_millis:
             self.interval = r.heartbeat_interval_millis / 1000
-        if r.upstream_windows:
-            self.upstream_windows = dict(r.upstream_windows)
+        # replaced every time: upstream operators that were removed must disappear
+        self.upstream_windows = dict(r.upstream_windows)
         # Reported SHUTDOWN once (in the heartbeat this answers): not reported again.
         for op_id in list(self._reported_shutdown):
             self._reported_shutdown.discard(op_id)
