@@ -15,7 +15,7 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 from appmaster import attributes as attrs
-from appmaster.attributes import Scope
+from appmaster.attributes import Scope, _show
 from container.operator import (InputOperator, Operator, input_ports, operator_properties,
                                 output_ports)
 
@@ -1024,13 +1024,6 @@ def _kind(value: Any) -> str:
     return type(value).__name__
 
 
-def _show(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _plain(value: Any) -> Any:

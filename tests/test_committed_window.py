@@ -26,6 +26,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "specdata"))
 
 import proto  # noqa: E402
+from statekit import container_heartbeat, label  # noqa: E402
 from appmaster.plan import OperatorState, PhysicalPlan, PTOperator  # noqa: E402
 from appmaster.spec import AppSpec  # noqa: E402
 from appmaster.state import (DeleteCheckpoints, LaunchContainer, MasterState,  # noqa: E402
@@ -135,10 +136,6 @@ def plan_of(text: str, max_containers: int | None = None) -> PhysicalPlan:
     return PhysicalPlan.from_spec(AppSpec.from_yaml(text), INITIAL, max_containers)
 
 
-def label(op: PTOperator) -> str:
-    return "unifier" if op.kind == "UNIFIER" else op.label
-
-
 def ops_by_label(plan: PhysicalPlan) -> dict[str, PTOperator]:
     return {label(op): op for op in plan.operators.values()}
 
@@ -202,11 +199,7 @@ class Run:
 
     def heartbeat(self, container_id: str, *reports: proto.OperatorHeartbeat):
         self.now += 1000
-        hb = proto.ContainerHeartbeat(container_id=container_id, buffer_server_host="127.0.0.1",
-                                      buffer_server_port=40000 + int(container_id.rsplit("_", 1)[1]),
-                                      jvm_name=f"1@{container_id}")
-        hb.container_stats.container_id = container_id
-        hb.container_stats.operators.extend(reports)
+        hb = container_heartbeat(container_id, reports)
         response, instructions = self.state.heartbeat(hb, self.now)
         self.state.validate_state()
         self.committed_seen.append(response.committed_window_id)

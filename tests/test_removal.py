@@ -25,6 +25,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "specdata"))
 
 import proto  # noqa: E402
+from statekit import container_heartbeat, label  # noqa: E402
 from appmaster.plan import OperatorState, PTOperator  # noqa: E402
 from appmaster.spec import AppSpec  # noqa: E402
 from appmaster.state import (Finish, KillContainer, LaunchContainer, MasterState,  # noqa: E402
@@ -114,10 +115,6 @@ streams:
 
 # ---------------------------------------------------------------- harness
 
-def label(op: PTOperator) -> str:
-    return "unifier" if op.kind == "UNIFIER" else op.label
-
-
 class Run:
     """A MasterState driven by hand-written heartbeats; ``validate_state()`` after every step."""
 
@@ -169,11 +166,7 @@ class Run:
 
     def heartbeat(self, container_id: str, *reports: proto.OperatorHeartbeat):
         self.now += 1000
-        hb = proto.ContainerHeartbeat(container_id=container_id, buffer_server_host="127.0.0.1",
-                                      buffer_server_port=40000 + int(container_id.rsplit("_", 1)[1]),
-                                      jvm_name=f"1@{container_id}")
-        hb.container_stats.container_id = container_id
-        hb.container_stats.operators.extend(reports)
+        hb = container_heartbeat(container_id, reports)
         response, instructions = self.state.heartbeat(hb, self.now)
         self.state.validate_state()
         return response, instructions

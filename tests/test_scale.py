@@ -23,6 +23,7 @@ from collections import Counter
 import pytest
 
 import proto
+from statekit import container_heartbeat, label  # noqa: E402
 from appmaster import scaling
 from appmaster.plan import PUBLISHER_TAG_MASK, OperatorState, PTOperator
 from appmaster.spec import AppSpec
@@ -72,10 +73,6 @@ streams:
 """
 
 
-def label(op: PTOperator) -> str:
-    return "unifier" if op.kind == "UNIFIER" else op.label
-
-
 class Run:
     """A MasterState driven by hand-written heartbeats; ``validate_state()`` after every step."""
 
@@ -102,11 +99,7 @@ class Run:
 
     def heartbeat(self, container_id: str, *reports: proto.OperatorHeartbeat):
         self.now += 1000
-        hb = proto.ContainerHeartbeat(container_id=container_id, buffer_server_host="127.0.0.1",
-                                      buffer_server_port=40000 + int(container_id.rsplit("_", 1)[1]),
-                                      jvm_name=f"1@{container_id}")
-        hb.container_stats.container_id = container_id
-        hb.container_stats.operators.extend(reports)
+        hb = container_heartbeat(container_id, reports)
         response, instructions = self.state.heartbeat(hb, self.now)
         self.state.validate_state()
         return response, instructions
