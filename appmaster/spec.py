@@ -16,6 +16,7 @@ import yaml
 
 from appmaster import attributes as attrs
 from appmaster.attributes import Scope, _show
+from appmaster.errors import UserError
 from container.operator import (InputOperator, Operator, input_ports, operator_properties,
                                 output_ports)
 
@@ -51,7 +52,7 @@ _STREAM_KEYS = ("from", "to", "locality", "codec")
 
 # ----------------------------------------------------------------------- errors
 
-class SpecError(ValueError):
+class SpecError(UserError, ValueError):
     """A spec that cannot run: where (file and key path) and why (with how to fix it).
 
     Parameters

@@ -87,7 +87,8 @@ class BlastSource:
 
 
 def run(label: str, lines: int, line_bytes: int, wal: bool, tmp: str) -> dict[str, Any]:
-    from scripts import cli
+    from appmaster import apps as stram_apps, client as stram_client
+    from appmaster.errors import StramError
     source = BlastSource(lines, line_bytes)
     spec = {
         "name": f"bench-receiver-{label}",
@@ -111,8 +112,8 @@ def run(label: str, lines: int, line_bytes: int, wal: bool, tmp: str) -> dict[st
         result: dict[str, Any] = {}
         while time.monotonic() < deadline:
             try:
-                rows = cli.admin(cli.find_app(app_id), "operators")["operators"]
-            except cli.CLIError:
+                rows = stram_client.admin(stram_apps.find_app(app_id), "operators")["operators"]
+            except StramError:
                 rows = []
             metrics = {r["name"]: r.get("metrics") or {} for r in rows}
             done = (metrics.get("count", {}).get("count") or {}).get("done_at")

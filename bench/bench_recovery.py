@@ -59,7 +59,7 @@ def cli(home: str, *args: str, check: bool = True) -> str:
 def recovery_times(kills: int) -> list[float]:
     import psutil
     os.environ["STRAM_HOME"] = home = tempfile.mkdtemp(prefix="stram-bench-rec-")
-    from scripts import cli as stram
+    from appmaster import apps as stram_apps, client as stram_client
     app_id = cli(home, "launch", "specs/wordcount.yaml", "--detach", "-D", f"operators.reader.path={MOBY}",
                  "-D", "operators.reader.lines_per_window=20", "-D", "STREAMING_WINDOW_SIZE_MILLIS=100",
                  "-D", "HEARTBEAT_INTERVAL_MILLIS=100", "-D", "CHECKPOINT_WINDOW_COUNT=10",
@@ -67,23 +67,23 @@ def recovery_times(kills: int) -> list[float]:
     app = None
     while app is None or not app.get("admin_url"):
         time.sleep(0.2)
-        app = stram.find_app(app_id)
+        app = stram_apps.find_app(app_id)
     times = []
     for _ in range(kills):
         while True:
-            ops = stram.admin(app, "operators")["operators"]
+            ops = stram_client.admin(app, "operators")["operators"]
             if len(ops) == 4 and all(o["state"] == "ACTIVE" for o in ops):
                 break
             time.sleep(0.1)
         time.sleep(2.0)
-        target = next(c for c in stram.admin(app, "containers")["containers"]
+        target = next(c for c in stram_client.admin(app, "containers")["containers"]
                       if c["state"] == "RUNNING" and "count" in c["operators"])
         pid = int(target["process"].split("@")[0])
         t0 = time.monotonic()
         os.kill(pid, signal.SIGKILL)
         # wait for the master to redeploy, then for a window after the recovery checkpoint
         while True:
-            ops = {o["name"]: o for o in stram.admin(app, "operators")["operators"]}
+            ops = {o["name"]: o for o in stram_client.admin(app, "operators")["operators"]}
             count = ops.get("count")
             if count and count["container"] != target["id"] and count["state"] == "ACTIVE" \
                     and count["current_window"] > count["recovery_checkpoint"]:
@@ -91,7 +91,7 @@ def recovery_times(kills: int) -> list[float]:
                 break
             time.sleep(0.02)
         psutil.Process(pid) if psutil.pid_exists(pid) else None
-    stram.admin(app, "kill", "POST", {})
+    stram_client.admin(app, "kill", "POST", {})
     return times
 
 

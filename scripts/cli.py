@@ -9,143 +9,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from typing import Any, Callable
 
-TERMINAL = ("SUCCEEDED", "FAILED", "KILLED")
-
-
-class CLIError(Exception):
-    """A user-facing error: printed as ``error: ...``, exit code 1."""
-
-
-# ---------------------------------------------------------------- local apps
-
-def stram_home() -> str:
-    return os.path.abspath(os.path.expanduser(os.environ.get("STRAM_HOME", "~/.stram")))
-
-
-def apps_dir() -> str:
-    return os.path.join(stram_home(), "apps")
-
-
-def _read_json(path: str) -> dict[str, Any] | None:
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
-def _pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (exited, not yet reaped) is not alive
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
-def local_apps() -> list[dict[str, Any]]:
-    """Every local application under $STRAM_HOME/apps, newest first."""
-    out = []
-    if not os.path.isdir(apps_dir()):
-        return out
-    for app_id in sorted(os.listdir(apps_dir()), reverse=True):
-        path = os.path.join(apps_dir(), app_id)
-        status = _read_json(os.path.join(path, "status.json")) or {"id": app_id, "state": "STARTING"}
-        admin = _read_json(os.path.join(path, "admin.json")) or {}
-        pid = admin.get("pid") or status.get("pid")
-        if status.get("state") not in TERMINAL and pid and not _pid_alive(pid):
-            status["state"] = "FAILED"
-            status["diagnostics"] = "the master process exited without a final state"
-        status.setdefault("id", app_id)
-        status["app_path"] = path
-        status["admin_url"] = admin.get("url", "")
-        out.append(status)
-    return out
-
-
-def find_app(ref: str) -> dict[str, Any]:
-    """An application by id, unique id suffix/prefix, or name (newest wins)."""
-    apps = local_apps()
-    exact = [a for a in apps if a["id"] == ref]
-    if exact:
-        return exact[0]
-    partial = [a for a in apps if ref in a["id"]]
-    if len(partial) == 1:
-        return partial[0]
-    named = [a for a in apps if a.get("name") == ref]
-    if named:
-        return named[0]
-    if len(partial) > 1:
-        raise CLIError(f"'{ref}' matches {len(partial)} applications; give more of the id "
-                       f"(see `stram list-apps`)")
-    if _yarn_configured() and re.fullmatch(r"application_\d+_\d+", ref):
-        return {"id": ref, "yarn": True, "state": "RUNNING", "admin_url": "yarn"}
-    raise CLIError(f"no application '{ref}' under {apps_dir()}; see `stram list-apps`")
-
-
-def _http(url: str, method: str = "GET", body: dict | None = None, timeout: float = 10.0) -> Any:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return json.loads(resp.read() or b"null")
-    except urllib.error.HTTPError as exc:
-        try:
-            detail = json.loads(exc.read()).get("error", exc.reason)
-        except ValueError:
-            detail = exc.reason
-        raise CLIError(f"{detail}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise CLIError(f"the application master at {url} does not answer ({exc}); "
-                       f"is the application still running? (`stram list-apps`)") from None
-
-
-def _yarn_configured() -> bool:
-    return bool(os.environ.get("HADOOP_CONF_DIR"))
-
-
-def admin(app: dict[str, Any], path: str, method: str = "GET", body: dict | None = None) -> Any:
-    if app.get("yarn"):
-        from appmaster import yarn
-        with yarn.connect() as client:
-            return yarn.admin_request(app["id"], client, path, method, body)
-    deadline = time.monotonic() + 20
-    while app.get("state") == "STARTING" and not app.get("admin_url") and time.monotonic() < deadline:
-        time.sleep(0.2)  # the master is starting: its admin API comes up in a moment
-        app = find_app(app["id"])
-    if app.get("state") in TERMINAL or not app.get("admin_url"):
-        raise CLIError(f"application {app['id']} is {app.get('state')}; its master is not running")
-    return _http(app["admin_url"].rstrip("/") + "/ws/v2/stram/" + path, method, body)
-
-
-def app_info(app: dict[str, Any]) -> dict[str, Any]:
-    """Live info from the master, else the last status it wrote."""
-    if app.get("state") not in TERMINAL and app.get("admin_url"):
-        try:
-            return admin(app, "info")
-        except CLIError:
-            pass
-    return app
-
+from appmaster.apps import TERMINAL, apps_dir, find_app, local_apps, yarn_configured
+from appmaster.client import LocalRun, admin, app_info
+from appmaster.errors import StramError, UserError
+from appmaster.follow import follow
 
 # ---------------------------------------------------------------- output
 
@@ -177,25 +51,23 @@ def _emit(data: Any, as_json: bool, human: Callable[[Any], str]) -> None:
 # ---------------------------------------------------------------- launch
 
 def launch(args: argparse.Namespace) -> int:
-    from appmaster.spec import AppSpec, SpecError
+    from appmaster.spec import AppSpec
     # application modules resolve from the working directory, as they will in
     # the master and the containers (which run with it on PYTHONPATH)
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         spec = AppSpec.from_file(args.spec, overrides=args.define or ())
-    except SpecError as exc:
-        raise CLIError(str(exc)) from None
     except FileNotFoundError:
-        raise CLIError(f"{args.spec}: no such spec file") from None
+        raise UserError(f"{args.spec}: no such spec file") from None
     if args.yarn or args.dry_run:
         from appmaster import yarn
         if args.dry_run:
             if not args.yarn:
-                raise CLIError("--dry-run prints the Skein ApplicationSpec for --yarn; use `launch --yarn --dry-run`")
+                raise UserError("--dry-run prints the Skein ApplicationSpec for --yarn; use `launch --yarn --dry-run`")
             print(yarn.application_spec(spec, args.spec).to_yaml(), end="")
             return 0
-        return yarn.submit(spec, args)
+        return yarn.submit(spec, spec_path=args.spec, detach=args.detach, duration=args.duration)
     app_id = f"application_{int(time.time() * 1000)}_{secrets.randbelow(10000):04d}"
     app_path = os.path.join(apps_dir(), app_id)
     os.makedirs(os.path.join(app_path, "logs"), exist_ok=True)
@@ -218,98 +90,18 @@ def launch(args: argparse.Namespace) -> int:
     if args.detach:
         print(app_id)
         return 0
-    return follow(app_id, master, args.duration, restart=start_master)
-
-
-#: Master attempts in a foreground local launch (YARN's default max_attempts is 2 as well).
-MASTER_ATTEMPTS = 2
-
-
-def follow(app_id: str, master: subprocess.Popen, duration: float | None,
-           restart: Callable[[], subprocess.Popen] | None = None) -> int:
-    """Show progress until the application ends; Ctrl-C kills it.
-
-    A master that dies without a final state is started again (a new attempt
-    resumes from its journal), up to MASTER_ATTEMPTS attempts in all.
-    """
-    interrupted = []
-    previous = signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
-    previous_term = signal.signal(signal.SIGTERM, lambda *_: interrupted.append(True))
-    started = time.monotonic()
-    shutdown_sent = False
-    last_line = ""
-    last_print = -10.0
-    attempts = 1
-    tty = sys.stderr.isatty()
-    try:
-        while True:
-            if master.poll() is not None:
-                written = _read_json(os.path.join(apps_dir(), app_id, "status.json")) or {}
-                if written.get("state") in TERMINAL or restart is None or attempts >= MASTER_ATTEMPTS:
-                    break
-                attempts += 1
-                print(f"\nthe application master exited ({master.returncode}) without a final state; "
-                      f"starting attempt {attempts}", file=sys.stderr)
-                master = restart()
-            if interrupted:
-                print("\ninterrupted: killing the application", file=sys.stderr)
-                master.send_signal(signal.SIGTERM)
-                try:
-                    master.wait(30)
-                except subprocess.TimeoutExpired:
-                    master.kill()
-                    master.wait()
-                return 130
-            elapsed = time.monotonic() - started
-            if duration is not None and elapsed >= duration and not shutdown_sent:
-                shutdown_sent = True
-                print(f"\n--duration {duration:g}s reached: shutting the application down", file=sys.stderr)
-                try:
-                    admin(find_app(app_id), "shutdown", "POST", {})
-                except CLIError:
-                    pass
-            due = tty or elapsed - last_print >= 5.0
-            line = _progress_line(app_id, elapsed) if due else ""
-            if line and line != last_line:
-                last_print = elapsed
-                print(("\r" + line.ljust(100)) if tty else line, end="" if tty else "\n",
-                      file=sys.stderr, flush=True)
-                last_line = line
-            time.sleep(0.5)
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        signal.signal(signal.SIGTERM, previous_term)
-    app = find_app(app_id)
-    state = app.get("state")
-    print(("\n" if tty else "") + f"{app_id} {state}" +
-          (f": {app.get('diagnostics')}" if app.get("diagnostics") else ""), file=sys.stderr)
-    return 0 if state == "SUCCEEDED" else 1
-
-
-def _progress_line(app_id: str, elapsed: float) -> str:
-    try:
-        app = find_app(app_id)
-        if not app.get("admin_url"):
-            return f"[{elapsed:6.1f}s] starting"
-        info = admin(app, "info")
-    except CLIError:
-        return ""
-    rates = info.get("throughput", {})
-    busiest = sorted(rates.items(), key=lambda kv: -kv[1])[:3]
-    rate = " ".join(f"{k}={v:,.0f}/s" for k, v in busiest)
-    return (f"[{elapsed:6.1f}s] {info['state']} operators={info['operators']} "
-            f"containers={info['containers']} committed={info['committed_window_hex']} {rate}")
+    return follow(LocalRun(app_id, master, restart=start_master), args.duration)
 
 
 # ---------------------------------------------------------------- other commands
 
 def list_apps(args: argparse.Namespace) -> int:
     apps = local_apps()
-    if _yarn_configured():
+    if yarn_configured():
         from appmaster import yarn
         try:
             apps += [dict(a, app_path=a.get("app_path", ""), yarn=True) for a in yarn.list_apps()]
-        except CLIError as exc:
+        except StramError as exc:
             print(f"warning: YARN applications not listed: {exc}", file=sys.stderr)
     rows = [{"id": a["id"], "name": a.get("name", ""), "state": a.get("state"),
              "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a["started_millis"] / 1000))
@@ -391,13 +183,13 @@ def wait(args: argparse.Namespace) -> int:
             print(f"{app['id']} {app['state']}")
             return 0 if app["state"] == "SUCCEEDED" else 1
         if deadline is not None and time.monotonic() > deadline:
-            raise CLIError(f"{app['id']} still {app.get('state')} after {args.timeout:g}s")
+            raise StramError(f"{app['id']} still {app.get('state')} after {args.timeout:g}s")
         time.sleep(0.3)
 
 
 def scale(args: argparse.Namespace) -> int:
     if args.count < 1:
-        raise CLIError(f"partition count must be at least 1, got {args.count}")
+        raise UserError(f"partition count must be at least 1, got {args.count}")
     result = admin(find_app(args.app), f"operators/{args.operator}/partitions", "POST", {"count": args.count})
     print(json.dumps(result))
     return 0
@@ -471,7 +263,7 @@ def main(args: list[str] | None = None) -> int:
     ns = parser.parse_args(args)
     try:
         return ns.func(ns)
-    except CLIError as exc:
+    except StramError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -479,7 +271,4 @@ def main(args: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # run as `python -m scripts.cli`: use the importable module so that its
-    # CLIError is the one other modules (appmaster.yarn) raise
-    from scripts.cli import main as _main
-    sys.exit(_main())
+    sys.exit(main())

@@ -14,6 +14,8 @@ import pytest
 
 from conftest import ROOT, read_counts, word_truth
 from scripts import cli
+from appmaster import apps as stram_apps, client as stram_client
+from appmaster.errors import StramError
 
 pytestmark = pytest.mark.slow
 
@@ -53,9 +55,9 @@ def wait_until(predicate, timeout: float = 60.0, what: str = "condition"):
 
 def running_operators(app_id: str) -> int:
     try:
-        return sum(1 for r in cli.admin(cli.find_app(app_id), "operators")["operators"]
+        return sum(1 for r in stram_client.admin(stram_apps.find_app(app_id), "operators")["operators"]
                    if r["state"] == "ACTIVE")
-    except cli.CLIError:
+    except StramError:
         return 0
 
 
@@ -73,7 +75,7 @@ def test_wordcount_exact_counts(tmp_path, capsys, extra):
     assert maxima == dict(truth)
     # every output file is final: EXACTLY_ONCE leaves no temporary files behind
     assert not [p for p in out.rglob("*") if p.is_file() and not p.name.endswith(".jsonl")]
-    apps = cli.local_apps()
+    apps = stram_apps.local_apps()
     assert apps[0]["state"] == "SUCCEEDED"
 
 
@@ -84,7 +86,7 @@ def test_partitioned_across_containers(tmp_path):
                      "-D", "streams.lines.locality=null", "-D", "operators.split.partitions=2",
                      "-D", "operators.count.partitions=3"])
     assert code == 0
-    app = cli.local_apps()[0]
+    app = stram_apps.local_apps()[0]
     plan_containers = {p.name for p in (tmp_path.parent.glob("*"))}  # noqa: F841 - keep tmp alive
     truth = word_truth(WORDS)
     sums, maxima, _ = read_counts(out)
@@ -101,7 +103,7 @@ def test_ctrl_c_stops_master_and_containers(tmp_path):
          "-D", f"operators.out.path={out}"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        app_id = wait_until(lambda: cli.local_apps() and cli.local_apps()[0]["id"], what="the app")
+        app_id = wait_until(lambda: stram_apps.local_apps() and stram_apps.local_apps()[0]["id"], what="the app")
         wait_until(lambda: running_operators(app_id) == 4, what="all operators running")
         pids = [p.pid for p in app_processes(app_id)]
         assert len(pids) >= 4  # master and three containers
@@ -114,7 +116,7 @@ def test_ctrl_c_stops_master_and_containers(tmp_path):
     survivors = wait_until(lambda: not app_processes(app_id) or None, timeout=20, what="no process left") \
         if app_processes(app_id) else None
     assert not app_processes(app_id), survivors
-    assert cli.find_app(app_id)["state"] == "KILLED"
+    assert stram_apps.find_app(app_id)["state"] == "KILLED"
 
 
 def test_detach_info_and_kill_app(tmp_path, capsys):
@@ -136,7 +138,7 @@ def test_detach_info_and_kill_app(tmp_path, capsys):
     assert any(a["id"] == app_id for a in json.loads(capsys.readouterr().out))
     assert cli.main(["kill-app", app_id]) == 0
     wait_until(lambda: not app_processes(app_id), timeout=20, what="processes gone")
-    assert cli.find_app(app_id)["state"] == "KILLED"
+    assert stram_apps.find_app(app_id)["state"] == "KILLED"
     assert cli.main(["wait", app_id, "--timeout", "5"]) == 1
 
 

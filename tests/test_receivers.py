@@ -22,6 +22,8 @@ from container.operator import FatalError, OperatorContext, ShutdownException, o
 from container.receivers import (Block, BlockGenerator, DirectoryReceiver, GeneratorStopped, Receiver,
                                  ReceiverSupervisor, SocketTextReceiver, SupervisorState)
 from scripts import cli
+from appmaster import apps as stram_apps, client as stram_client
+from appmaster.errors import StramError
 
 BASE = 7 << 32  # window ids of the in-process tests: (base seconds << 32) | index
 
@@ -556,8 +558,8 @@ def launch_detached(spec: str, *args: str) -> str:
 
 def admin(app_id: str, path: str) -> Any:
     try:
-        return cli.admin(cli.find_app(app_id), path)
-    except cli.CLIError:
+        return stram_client.admin(stram_apps.find_app(app_id), path)
+    except StramError:
         return None
 
 
@@ -634,7 +636,7 @@ def test_socket_wal_every_acked_line_exactly_once_across_kills(tmp_path):
         finish(app_id)
     finally:
         source.close()
-        if cli.find_app(app_id)["state"] not in cli.TERMINAL:
+        if stram_apps.find_app(app_id)["state"] not in stram_apps.TERMINAL:
             cli.main(["kill-app", app_id])
     assert len(set(kills)) == 2 and source.connections >= 3
     check_socket_output(source, output_lines(out))
@@ -657,7 +659,7 @@ def test_socket_source_drops_connection_and_receiver_reconnects(tmp_path):
         finish(app_id)
     finally:
         source.close()
-        if cli.find_app(app_id)["state"] not in cli.TERMINAL:
+        if stram_apps.find_app(app_id)["state"] not in stram_apps.TERMINAL:
             cli.main(["kill-app", app_id])
     assert source.connections >= 2
     check_socket_output(source, output_lines(out))
@@ -676,9 +678,9 @@ def test_failing_receiver_is_restarted_then_fails_the_application(tmp_path):
         assert "ConnectionError: port 1 is closed" in rx["last_error"]
         assert cli.main(["wait", app_id, "--timeout", "60"]) == 1
     finally:
-        if cli.find_app(app_id)["state"] not in cli.TERMINAL:
+        if stram_apps.find_app(app_id)["state"] not in stram_apps.TERMINAL:
             cli.main(["kill-app", app_id])
-    app = cli.find_app(app_id)
+    app = stram_apps.find_app(app_id)
     assert app["state"] == "FAILED"
     assert "receiver 'rx' (FailingReceiver) failed 6 times in a row (RECEIVER_MAX_RESTARTS=5)" \
         in app["diagnostics"]
@@ -718,7 +720,7 @@ def test_directory_receiver_picks_up_new_files_once_across_a_kill(tmp_path):
         wait_until(lambda: sum(output_lines(out).values()) >= len(expected), 60, "every file's lines")
         finish(app_id)
     finally:
-        if cli.find_app(app_id)["state"] not in cli.TERMINAL:
+        if stram_apps.find_app(app_id)["state"] not in stram_apps.TERMINAL:
             cli.main(["kill-app", app_id])
     seen = output_lines(out)
     assert set(seen) == set(expected)

@@ -15,6 +15,7 @@ import pytest
 
 from conftest import ROOT, read_counts, word_truth
 from scripts import cli
+from appmaster import apps as stram_apps, client as stram_client
 from test_e2e_local import app_processes, launch_detached, running_operators, wait_until
 
 pytestmark = pytest.mark.slow
@@ -40,7 +41,7 @@ def kill_random_containers(app_id: str, kills: int, seed: int, spacing: tuple[fl
     killed = []
     for _ in range(kills):
         time.sleep(rng.uniform(*spacing))
-        rows = cli.admin(cli.find_app(app_id), "containers")["containers"]
+        rows = stram_client.admin(stram_apps.find_app(app_id), "containers")["containers"]
         running = [r["id"] for r in rows if r["state"] == "RUNNING" and r["operators"]]
         if not running:
             break
@@ -49,7 +50,7 @@ def kill_random_containers(app_id: str, kills: int, seed: int, spacing: tuple[fl
         if pid:
             os.kill(pid, signal.SIGKILL)
             killed.append(victim)
-        wait_until(lambda: running_operators(app_id) == len(cli.admin(cli.find_app(app_id), "operators")["operators"]),
+        wait_until(lambda: running_operators(app_id) == len(stram_client.admin(stram_apps.find_app(app_id), "operators")["operators"]),
                    timeout=60, what="recovery")
     return killed
 
@@ -66,7 +67,7 @@ def test_chaos_wordcount(tmp_path, mode):
     killed = kill_random_containers(app_id, 3, seed, (2.0, 5.0))
     assert len(killed) == 3, f"seed {seed}: killed only {killed}"
     assert cli.main(["wait", app_id, "--timeout", "240"]) == 0, f"seed {seed}"
-    info = cli.find_app(app_id)
+    info = stram_apps.find_app(app_id)
     truth = word_truth(MOBY)
     sums, maxima, _ = read_counts(out)
     assert maxima == dict(truth), f"seed {seed}: totals differ"
@@ -85,10 +86,10 @@ def test_master_killed_and_new_attempt_finishes(tmp_path):
          "-D", "operators.count.partitions=2", "-D", f"operators.out.path={out}"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        app_id = wait_until(lambda: cli.local_apps() and cli.local_apps()[0]["id"], what="the app")
+        app_id = wait_until(lambda: stram_apps.local_apps() and stram_apps.local_apps()[0]["id"], what="the app")
         wait_until(lambda: running_operators(app_id) == 6, what="all operators running")
         time.sleep(3)
-        app = cli.find_app(app_id)
+        app = stram_apps.find_app(app_id)
         admin = json.loads(open(os.path.join(app["app_path"], "admin.json")).read())
         os.kill(admin["pid"], signal.SIGKILL)
         _, err = proc.communicate(timeout=240)
@@ -97,7 +98,7 @@ def test_master_killed_and_new_attempt_finishes(tmp_path):
             proc.kill()
     assert proc.returncode == 0, err
     assert "starting attempt 2" in err
-    master_log = open(os.path.join(cli.find_app(app_id)["app_path"], "logs", "master.log")).read()
+    master_log = open(os.path.join(stram_apps.find_app(app_id)["app_path"], "logs", "master.log")).read()
     assert "master attempt 2 resumed from the journal" in master_log
     truth = word_truth(MOBY)
     sums, maxima, _ = read_counts(out)
@@ -109,14 +110,14 @@ def test_buffers_purged_and_old_checkpoints_deleted(tmp_path):
     app_id = launch_detached("specs/wordcount.yaml", *FAST, "-D", f"operators.reader.path={MOBY}",
                              "-D", "operators.reader.lines_per_window=20", "-D", f"operators.out.path={out}")
     wait_until(lambda: running_operators(app_id) == 4, what="all operators running")
-    app = cli.find_app(app_id)
-    first = cli.admin(app, "info")["committed_window"]
-    wait_until(lambda: cli.admin(app, "info")["committed_window"] > first + 20, timeout=60,
+    app = stram_apps.find_app(app_id)
+    first = stram_client.admin(app, "info")["committed_window"]
+    wait_until(lambda: stram_client.admin(app, "info")["committed_window"] > first + 20, timeout=60,
                what="the committed window to advance")
-    committed = cli.admin(app, "info")["committed_window"]
+    committed = stram_client.admin(app, "info")["committed_window"]
     time.sleep(1.5)  # several heartbeats: the purge up to committed - 1 is carried out and reported
     publishers = {}
-    for row in cli.admin(app, "containers")["containers"]:
+    for row in stram_client.admin(app, "containers")["containers"]:
         publishers.update(row["buffer_server_publishers"])
     assert publishers, "no buffer-server publishers reported"
     for name, stats in publishers.items():
@@ -124,7 +125,7 @@ def test_buffers_purged_and_old_checkpoints_deleted(tmp_path):
         assert stats["windows"] == 0 or stats["first_window"] >= committed - 1, (name, stats, committed)
         assert stats["last_window"] > committed, (name, stats)  # windows after it are kept
     # checkpoints older than each operator's recovery checkpoint are deleted
-    recovery = {str(r["id"]): r["recovery_checkpoint"] for r in cli.admin(app, "operators")["operators"]}
+    recovery = {str(r["id"]): r["recovery_checkpoint"] for r in stram_client.admin(app, "operators")["operators"]}
     time.sleep(1.5)
     ckpt_root = os.path.join(app["app_path"], "checkpoints")
     for op_dir, rec in recovery.items():
@@ -138,7 +139,7 @@ def test_kill_container_command_recovers(tmp_path, capsys):
     app_id = launch_detached("specs/wordcount.yaml", *FAST, "-D", f"operators.reader.path={MOBY}",
                              "-D", "operators.reader.lines_per_window=300", "-D", f"operators.out.path={out}")
     wait_until(lambda: running_operators(app_id) == 4, what="all operators running")
-    victim = next(r["id"] for r in cli.admin(cli.find_app(app_id), "containers")["containers"]
+    victim = next(r["id"] for r in stram_client.admin(stram_apps.find_app(app_id), "containers")["containers"]
                   if "count" in r["operators"])
     assert cli.main(["kill-container", app_id, victim]) == 0
     assert cli.main(["wait", app_id, "--timeout", "180"]) == 0
@@ -146,7 +147,7 @@ def test_kill_container_command_recovers(tmp_path, capsys):
     truth = word_truth(MOBY)
     sums, maxima, _ = read_counts(out)
     assert sums == truth and maxima == dict(truth)
-    status = json.loads(open(os.path.join(cli.find_app(app_id)["app_path"], "status.json")).read())
+    status = json.loads(open(os.path.join(stram_apps.find_app(app_id)["app_path"], "status.json")).read())
     assert status["state"] == "SUCCEEDED"
 
 
@@ -164,7 +165,7 @@ streams:
   b: {{from: boom.output, to: [out.input]}}
 """)
     assert cli.main(["launch", str(spec)]) == 1
-    app = cli.local_apps()[0]
+    app = stram_apps.local_apps()[0]
     assert app["state"] == "FAILED"
     assert "boom" in app["diagnostics"] and "RECOVERY_ATTEMPTS=2" in app["diagnostics"]
     assert "ValueError: boom after 30 tuples" in app["diagnostics"]
@@ -182,7 +183,7 @@ streams:
   a: {{from: reader.output, to: [boom.input]}}
 """)
     assert cli.main(["launch", str(spec)]) == 1
-    app = cli.local_apps()[0]
+    app = stram_apps.local_apps()[0]
     assert app["state"] == "FAILED" and "failed fatally" in app["diagnostics"]
     assert "boom after 5 tuples (fatal)" in app["diagnostics"]
 
@@ -196,15 +197,15 @@ def test_upstream_moves_downstream_agents_reconnect_without_restart(tmp_path):
                              "-D", "operators.reader.lines_per_window=200", "-D", "operators.count.partitions=2",
                              "-D", f"operators.out.path={out}")
     wait_until(lambda: running_operators(app_id) == 6, what="all operators running")
-    app = cli.find_app(app_id)
-    before = {r["id"]: r for r in cli.admin(app, "containers")["containers"]}
+    app = stram_apps.find_app(app_id)
+    before = {r["id"]: r for r in stram_client.admin(app, "containers")["containers"]}
     upstream = next(c for c in before.values() if "split" in c["operators"])
     downstream = {cid: c["process"] for cid, c in before.items() if cid != upstream["id"]}
     os.kill(container_pid(app_id, upstream["id"]), signal.SIGKILL)
     wait_until(lambda: running_operators(app_id) == 6 and any(
         "split" in c["operators"] and c["id"] != upstream["id"]
-        for c in cli.admin(app, "containers")["containers"]), timeout=60, what="split redeployed")
-    after = {r["id"]: r for r in cli.admin(app, "containers")["containers"]}
+        for c in stram_client.admin(app, "containers")["containers"]), timeout=60, what="split redeployed")
+    after = {r["id"]: r for r in stram_client.admin(app, "containers")["containers"]}
     new_upstream = next(c for c in after.values() if "split" in c["operators"])
     assert new_upstream["buffer_server"] != upstream["buffer_server"]
     for cid, process in downstream.items():

@@ -8,6 +8,8 @@ import pytest
 
 from conftest import read_counts
 from scripts import cli
+from appmaster import apps as stram_apps, client as stram_client
+from appmaster.errors import StramError
 from test_e2e_local import launch_detached, wait_until
 
 pytestmark = pytest.mark.slow
@@ -42,15 +44,15 @@ def test_partition_removed_only_after_commit_and_output_exact(tmp_path):
     spec = tmp_path / "ends.yaml"
     spec.write_text(SPEC.format(out=out))
     app_id = launch_detached(str(spec))
-    app = wait_until(lambda: cli.find_app(app_id).get("admin_url") and cli.find_app(app_id), what="master up")
+    app = wait_until(lambda: stram_apps.find_app(app_id).get("admin_url") and stram_apps.find_app(app_id), what="master up")
     seen_parked = False
     removed_while_others_ran = False
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
-            info = cli.admin(app, "info")
-            ops = cli.admin(app, "operators")["operators"]
-        except cli.CLIError:
+            info = stram_client.admin(app, "info")
+            ops = stram_client.admin(app, "operators")["operators"]
+        except StramError:
             break  # the application ended
         labels = {r["label"]: r for r in ops}
         if "source[1]" in labels and labels["source[1]"]["state"] == "SHUTDOWN":
@@ -64,14 +66,14 @@ def test_partition_removed_only_after_commit_and_output_exact(tmp_path):
             break
         time.sleep(0.1)
     assert cli.main(["wait", app_id, "--timeout", "120"]) == 0
-    master_log = open(f"{cli.find_app(app_id)['app_path']}/logs/master.log").read()
+    master_log = open(f"{stram_apps.find_app(app_id)['app_path']}/logs/master.log").read()
     removal = [line for line in master_log.splitlines() if "removed operator source[1]" in line]
     assert removal, "source[1] was never removed"
     assert "shut down at window" in removal[0]
     assert seen_parked or "parked in shutdownOperators" in master_log
     assert removed_while_others_ran, "source[1] should leave while the other partitions still run"
     # removed only once committed reached its shutdown window (the master records both)
-    status = cli.find_app(app_id)
+    status = stram_apps.find_app(app_id)
     assert status["state"] == "SUCCEEDED"
     truth = KeyedSource.truth(3, 1600, 1, 300, 7)
     sums, maxima, _ = read_counts(out)

@@ -564,6 +564,7 @@ def _scale(app_id: str, n: int, capsys, timeout: float = 30.0) -> dict:
 @pytest.mark.slow
 def test_scale_wordcount_while_it_runs(tmp_path, capsys):
     from scripts import cli
+    from appmaster import apps as stram_apps
     from test_e2e_local import launch_detached, wait_until
     out = tmp_path / "out"
     app_id = launch_detached("specs/wordcount.yaml", *FAST, "-D", f"operators.reader.path={MOBY}",
@@ -588,7 +589,7 @@ def test_scale_wordcount_while_it_runs(tmp_path, capsys):
     sums, maxima, _ = read_counts(out)
     assert sums == truth
     assert maxima == dict(truth)
-    master_log = open(os.path.join(cli.find_app(app_id)["app_path"], "logs", "master.log")).read()
+    master_log = open(os.path.join(stram_apps.find_app(app_id)["app_path"], "logs", "master.log")).read()
     assert "count: 5 → 2 partitions from window" in master_log
 
 

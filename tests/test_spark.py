@@ -18,6 +18,8 @@ pd = pytest.importorskip("pandas")
 
 from conftest import ROOT  # noqa: E402
 from scripts import cli  # noqa: E402
+from appmaster import apps as stram_apps, client as stram_client
+from appmaster.errors import StramError
 from specs.clickstream_ops import ClickstreamGenerator, events  # noqa: E402
 from test_e2e_local import app_processes, running_operators, wait_until  # noqa: E402
 
@@ -37,7 +39,7 @@ def launch(*args: str, env: dict[str, str] | None = None) -> str:
 
 def wait_final(app_id: str, timeout: float) -> dict:
     """Wait until the application reached a final state and its processes are gone."""
-    app = wait_until(lambda: (a := cli.find_app(app_id)).get("state") in ("SUCCEEDED", "FAILED", "KILLED") and a,
+    app = wait_until(lambda: (a := stram_apps.find_app(app_id)).get("state") in ("SUCCEEDED", "FAILED", "KILLED") and a,
                      timeout=timeout, what=f"{app_id} to end")
     wait_until(lambda: not app_processes(app_id), timeout=30, what=f"the processes of {app_id} to exit")
     return app
@@ -57,7 +59,7 @@ def agent_pid(app_id: str, container_id: str) -> int:
 
 def kill_container_of(app_id: str, label_prefix: str) -> str:
     """SIGKILL the container running an operator whose label starts with ``label_prefix``."""
-    rows = cli.admin(cli.find_app(app_id), "containers")["containers"]
+    rows = stram_client.admin(stram_apps.find_app(app_id), "containers")["containers"]
     victim = next(r["id"] for r in rows if r["state"] == "RUNNING"
                   and any(op.startswith(label_prefix) for op in r["operators"]))
     os.kill(agent_pid(app_id, victim), signal.SIGKILL)
@@ -65,7 +67,7 @@ def kill_container_of(app_id: str, label_prefix: str) -> str:
 
 
 def operator_row(app_id: str, name: str) -> dict:
-    return next(r for r in cli.admin(cli.find_app(app_id), "operators")["operators"] if r["name"] == name)
+    return next(r for r in stram_client.admin(stram_apps.find_app(app_id), "operators")["operators"] if r["name"] == name)
 
 
 def generator_args(**gen) -> list[str]:
@@ -268,12 +270,12 @@ def test_commits_are_reported_only_once_the_ends_of_upstreams_are_known(buffer_s
 # ---------------------------------------------------------------- end to end (real apps, real Spark)
 
 def _poll(app_id: str) -> dict | None:
-    app = cli.find_app(app_id)
+    app = stram_apps.find_app(app_id)
     try:
-        containers = cli.admin(app, "containers")["containers"]
-        operators = cli.admin(app, "operators")["operators"]  # after: at least as new as the purge
-        info = cli.admin(app, "info")
-    except cli.CLIError:
+        containers = stram_client.admin(app, "containers")["containers"]
+        operators = stram_client.admin(app, "operators")["operators"]  # after: at least as new as the purge
+        info = stram_client.admin(app, "info")
+    except StramError:
         return None
     return {"containers": containers, "operators": operators, "info": info}
 

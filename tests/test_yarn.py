@@ -50,7 +50,7 @@ from appmaster.launcher import ContainerRequest
 from appmaster.spec import AppSpec
 from conftest import ROOT, read_counts, word_truth
 from scripts import cli
-from scripts.cli import CLIError
+from appmaster.errors import ClusterUnreachable, StramError, UserError
 
 WORDCOUNT = ROOT / "specs" / "wordcount.yaml"
 WORDS = ROOT / "specs" / "data" / "words.txt"
@@ -90,7 +90,7 @@ def _no_cluster_config(monkeypatch):
                 "STRAM_YARN_APP_PATH", "STRAM_YARN_NODE_LABEL", "STRAM_YARN_PRINCIPAL", "STRAM_YARN_KEYTAB"):
         monkeypatch.delenv(var, raising=False)
     real = yarn.find_hadoop_conf_dir
-    monkeypatch.setattr(yarn, "find_hadoop_conf_dir",
+    monkeypatch.setattr(yarn.hadoopconf, "find_hadoop_conf_dir",
                         lambda env=None: real(env) if (env or os.environ).get("HADOOP_CONF_DIR") else None)
 
 
@@ -111,7 +111,7 @@ def test_wordcount_application_spec(tmp_path):
     assert 'export STRAM_APP_ID="${STRAM_APP_ID:-$SKEIN_APPLICATION_ID}"' in lines
     assert "python -m appmaster.yarn prepare-master spec.yaml" in lines
     assert set(master.env) == {"STRAM_APP_PATH", "STRAM_TOKEN", "STRAM_LAUNCHER", "PYTHONUNBUFFERED"}
-    assert master.env["STRAM_APP_PATH"].startswith(f"hdfs:///user/{yarn._hadoop_user(None)}/.stram/apps/wordcount-")
+    assert master.env["STRAM_APP_PATH"].startswith(f"hdfs:///user/{yarn.appspec._hadoop_user(None)}/.stram/apps/wordcount-")
     assert len(master.env["STRAM_TOKEN"]) == 32 and int(master.env["STRAM_TOKEN"], 16) >= 0
     # the resolved spec is shipped to the master and loads back equal
     spec_file = master.files["spec.yaml"]
@@ -211,7 +211,7 @@ def test_python_environment_archive_or_existing_path(tmp_path, monkeypatch):
     for bad, words in ((str(tmp_path / "missing.tar.gz"), "venv-pack"),
                        ("relative/env", "absolute path"),
                        ("hdfs:///envs/stram", "must be an archive")):
-        with pytest.raises(CLIError, match=words):
+        with pytest.raises(StramError, match=words):
             yarn.application_spec(spec, None, python_env=bad, staging_dir=str(tmp_path / "d"))
 
 
@@ -240,7 +240,7 @@ def test_application_modules_are_shipped(tmp_path, monkeypatch):
 
     names = zipfile.ZipFile(yarn.application_spec(spec, None, staging_dir=str(tmp_path / "t"), ship_stram=True)
                             .master.files["app"].source[len("file://"):]).namelist()
-    assert "myapp_ops/__init__.py" in names and "appmaster/yarn.py" in names
+    assert "myapp_ops/__init__.py" in names and "appmaster/yarn/appspec.py" in names
     assert "container/agent.py" in names and not any(n.endswith(".pyc") for n in names)
 
     # only stram's own operators, stram installed: nothing to ship, no PYTHONPATH line
@@ -260,7 +260,7 @@ def test_keytab_is_shipped_and_used(tmp_path):
         assert files["stram.keytab"].source == f"file://{keytab}"
         assert env["STRAM_PRINCIPAL"] == "alice@EXAMPLE.COM"
         assert 'kinit -kt stram.keytab "$STRAM_PRINCIPAL"' in script.splitlines()
-    with pytest.raises(CLIError, match="keytab .* does not exist"):
+    with pytest.raises(StramError, match="keytab .* does not exist"):
         yarn.application_spec(spec, None, principal="a@B", keytab=str(tmp_path / "nope"),
                               staging_dir=str(tmp_path / "t"))
 
@@ -299,7 +299,7 @@ def test_conf_overlay_bounds_the_resourcemanager_wait(tmp_path, monkeypatch):
     write_site(conf / "core-site.xml", {"fs.defaultFS": "hdfs://nn:8020", "ipc.client.connect.max.retries": "4"})
     (conf / "hadoop-env.sh").write_text("export X=1\n")
     out = yarn.hadoop_conf_overlay(str(conf), str(tmp_path / "o1"))
-    site = yarn._read_site(os.path.join(out, "yarn-site.xml"))
+    site = yarn.read_site(os.path.join(out, "yarn-site.xml"))
     assert site["yarn.resourcemanager.address"] == "rm:8032"
     assert site["yarn.resourcemanager.connect.max-wait.ms"] == str(yarn.DEFAULT_CONNECT_WAIT_MS)
     assert site["yarn.resourcemanager.connect.retry-interval.ms"] == "5000"
@@ -309,11 +309,11 @@ def test_conf_overlay_bounds_the_resourcemanager_wait(tmp_path, monkeypatch):
     assert (conf / "yarn-site.xml").read_text().count("<property>") == 1  # the original is untouched
 
     write_site(conf / "yarn-site.xml", {"yarn.resourcemanager.connect.max-wait.ms": "2000"})
-    site = yarn._read_site(os.path.join(yarn.hadoop_conf_overlay(str(conf), str(tmp_path / "o2")), "yarn-site.xml"))
+    site = yarn.read_site(os.path.join(yarn.hadoop_conf_overlay(str(conf), str(tmp_path / "o2")), "yarn-site.xml"))
     assert site["yarn.resourcemanager.connect.max-wait.ms"] == "2000"
     assert site["yarn.resourcemanager.connect.retry-interval.ms"] == "400"
     monkeypatch.setenv("STRAM_YARN_CONNECT_WAIT_MS", "1500")
-    site = yarn._read_site(os.path.join(yarn.hadoop_conf_overlay(str(conf), str(tmp_path / "o3")), "yarn-site.xml"))
+    site = yarn.read_site(os.path.join(yarn.hadoop_conf_overlay(str(conf), str(tmp_path / "o3")), "yarn-site.xml"))
     assert site["yarn.resourcemanager.connect.max-wait.ms"] == "1500"
     assert list(site).count("yarn.resourcemanager.connect.max-wait.ms") == 1
 
@@ -351,10 +351,10 @@ def test_missing_pieces_are_clear_errors(tmp_path, monkeypatch, capsys, setup, w
         (bin_dir / "yarn").unlink()
     elif setup == "no_conf":
         monkeypatch.delenv("HADOOP_CONF_DIR")
-        monkeypatch.setattr(yarn, "find_hadoop_conf_dir", lambda env=None: None)
+        monkeypatch.setattr(yarn.hadoopconf, "find_hadoop_conf_dir", lambda env=None: None)
     elif setup == "conf_without_yarn_site":
         (conf / "yarn-site.xml").unlink()
-        monkeypatch.setattr(yarn, "find_hadoop_conf_dir", lambda env=None: None)
+        monkeypatch.setattr(yarn.hadoopconf, "find_hadoop_conf_dir", lambda env=None: None)
     code = cli.main(["launch", "--yarn", str(WORDCOUNT), "--detach"])
     err = capsys.readouterr().err
     assert code == 1
@@ -369,22 +369,22 @@ def test_driver_errors_are_translated(tmp_path):
     refused = skein.exceptions.DriverError(
         "Failed to submit application, exception:\nCall From h/1.2.3.4 to rm.example.com:8032 failed on "
         "connection exception: java.net.ConnectException: Connection refused")
-    err = yarn._translate(refused, "submitting x", str(conf))
-    assert isinstance(err, CLIError)
+    err = yarn.translate(refused, "submitting x", str(conf))
+    assert isinstance(err, ClusterUnreachable)
     assert str(err).startswith("no ResourceManager answers at rm.example.com:8032 (yarn.resourcemanager.address "
                                f"in {conf}/yarn-site.xml) while submitting x.")
-    err = yarn._translate(skein.exceptions.DriverError("GSS initiate failed: No valid credentials provided "
+    err = yarn.translate(skein.exceptions.DriverError("GSS initiate failed: No valid credentials provided "
                                                        "(Mechanism level: Failed to find any Kerberos tgt)"),
                           "listing", str(conf))
     assert "kinit" in str(err)
     log = tmp_path / "driver.log"
     log.write_text("Error: Could not find or load main class com.anaconda.skein.Driver\n")
-    err = yarn._translate(skein.exceptions.DriverError("Failed to start java process"), "starting", str(conf), str(log))
+    err = yarn.translate(skein.exceptions.DriverError("Failed to start java process"), "starting", str(conf), str(log))
     assert "exited before it was ready" in str(err) and "Could not find or load main class" in str(err)
     write_site(conf / "yarn-site.xml", {"yarn.resourcemanager.ha.rm-ids": "rm1,rm2",
                                         "yarn.resourcemanager.hostname.rm1": "a",
                                         "yarn.resourcemanager.address.rm2": "b:8050"})
-    assert yarn._rm_address(str(conf)) == "a:8032, b:8050"
+    assert yarn.rm_address(str(conf)) == "a:8032, b:8050"
 
 
 def closed_port() -> int:
@@ -489,11 +489,11 @@ def test_list_kill_and_admin_url():
     assert json.dumps(rows)  # plain data for --json
     yarn.kill_app("application_1_0001", client)
     assert client.killed == ["application_1_0001"]
-    with pytest.raises(CLIError, match="killing application_nope failed: Application with id"):
+    with pytest.raises(StramError, match="killing application_nope failed: Application with id"):
         yarn.kill_app("application_nope", client)
     assert yarn.admin_url_for("application_1_0001", client) == \
         "http://rm:8088/proxy/application_1_0001/pages/stram"
-    with pytest.raises(CLIError, match="application application_1_0003 is FAILED; its master is not running"):
+    with pytest.raises(StramError, match="application application_1_0003 is FAILED; its master is not running"):
         yarn.admin_url_for("application_1_0003", client)
 
 
@@ -570,7 +570,7 @@ def test_admin_request_routes(proxy_and_master):
     assert master_log.seen[-1] == ("POST", "/ws/v2/stram/shutdown", b"{}")
     # no direct route: the proxy's 405 becomes a clear error
     pages.clear()
-    with pytest.raises(CLIError, match="the YARN web proxy does not forward DELETE"):
+    with pytest.raises(StramError, match="the YARN web proxy does not forward DELETE"):
         yarn.admin_request("application_1_0001", client, "containers/c1", "DELETE")
 
 
@@ -706,7 +706,7 @@ def test_launcher_finish_ui_and_from_current(monkeypatch):
         launcher.finish(state, "the diagnostics")
         assert client.shutdowns == [(status, "the diagnostics")]
     monkeypatch.delenv("SKEIN_APPLICATION_ID", raising=False)
-    with pytest.raises(CLIError, match="runs inside the Skein master container"):
+    with pytest.raises(StramError, match="runs inside the Skein master container"):
         yarn.YarnLauncher.from_current()
 
 
@@ -743,7 +743,7 @@ def fake_hadoop_node(tmp_path: pathlib.Path) -> dict[str, str]:
 def test_check_hdfs(tmp_path):
     assert yarn.check_hdfs("file:///tmp/x", {}) == {}
     assert yarn.check_hdfs("/tmp/x", {}) == {}
-    with pytest.raises(CLIError) as err:
+    with pytest.raises(StramError) as err:
         yarn.check_hdfs("hdfs:///user/a/.stram/apps/x", {})
     text = str(err.value)
     assert text.startswith("hdfs:///user/a/.stram/apps/x is on HDFS, which stram reaches through pyarrow's "
@@ -757,13 +757,13 @@ def test_check_hdfs(tmp_path):
                                                         ARROW_LIBHDFS_DIR=str(tmp_path / "hadoop/lib/native")))
 
     wild = dict(env, CLASSPATH=f"{tmp_path}/hadoop/etc/hadoop:{tmp_path}/hadoop/share/*")
-    with pytest.raises(CLIError, match=r"only wildcard entries \(dir/\*\), which the JVM that libhdfs"):
+    with pytest.raises(StramError, match=r"only wildcard entries \(dir/\*\), which the JVM that libhdfs"):
         yarn.check_hdfs("hdfs:///x", wild)
     no_conf = dict(env, CLASSPATH=f"{tmp_path}/hadoop/share/hadoop-common-3.4.1.jar")
-    with pytest.raises(CLIError, match="names no NameNode, so fs.defaultFS comes from core-site.xml"):
+    with pytest.raises(StramError, match="names no NameNode, so fs.defaultFS comes from core-site.xml"):
         yarn.check_hdfs("hdfs:///x", no_conf)
     assert yarn.check_hdfs("hdfs://nn:8020/x", no_conf)  # a NameNode named: no core-site.xml needed
-    with pytest.raises(CLIError, match="has no lib/server/libjvm.so"):
+    with pytest.raises(StramError, match="has no lib/server/libjvm.so"):
         yarn.check_hdfs("hdfs://nn/x", dict(env, JAVA_HOME=str(tmp_path / "hadoop")))
     # the node-side command the container script runs
     assert yarn.main(["check-hdfs", "file:///tmp"]) == 0
@@ -1028,7 +1028,7 @@ def test_wordcount_on_a_real_cluster(tmp_path):
     if not conf:
         pytest.skip("HADOOP_CONF_DIR is not set: no YARN cluster to run against "
                     "(export HADOOP_CONF_DIR=/etc/hadoop/conf to run this test)")
-    address = yarn._rm_address(conf).split(",")[0].strip()
+    address = yarn.rm_address(conf).split(",")[0].strip()
     host, _, port = address.rpartition(":")
     try:
         socket.create_connection((host, int(port)), timeout=5).close()
@@ -1036,7 +1036,7 @@ def test_wordcount_on_a_real_cluster(tmp_path):
         pytest.skip(f"the ResourceManager at {address} (from {conf}/yarn-site.xml) does not answer: {exc}")
     if shutil.which("hdfs") is None:
         pytest.skip("the `hdfs` command is not on PATH (needed to stage input and read output)")
-    base = f"/user/{yarn._hadoop_user(os.environ.get('STRAM_YARN_PRINCIPAL'))}/.stram/test-{uuid.uuid4().hex[:8]}"
+    base = f"/user/{yarn.appspec._hadoop_user(os.environ.get('STRAM_YARN_PRINCIPAL'))}/.stram/test-{uuid.uuid4().hex[:8]}"
 
     def hdfs(*args: str) -> str:
         return subprocess.run(["hdfs", "dfs", *args], check=True, capture_output=True, text=True).stdout

@@ -1,0 +1,109 @@
+"""Where applications are found: the local registry under ``$STRAM_HOME`` and YARN application ids.
+
+A local application is a directory ``$STRAM_HOME/apps/<appId>/`` (its
+``APP_PATH``) holding ``status.json`` (written by the master) and
+``admin.json`` (the master's admin URL and pid while it runs). An application
+is described to the rest of stram as a plain dict: ``id``, ``state``,
+``app_path``, ``admin_url``, and ``yarn: True`` for a YARN application.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any
+
+from appmaster.errors import UserError
+
+__all__ = ["TERMINAL", "stram_home", "apps_dir", "local_apps", "find_app", "read_json",
+           "yarn_configured"]
+
+#: The states an application never leaves.
+TERMINAL = ("SUCCEEDED", "FAILED", "KILLED")
+
+
+def stram_home() -> str:
+    """``$STRAM_HOME`` (default ``~/.stram``), absolute."""
+    return os.path.abspath(os.path.expanduser(os.environ.get("STRAM_HOME", "~/.stram")))
+
+
+def apps_dir() -> str:
+    """The directory of local applications: ``$STRAM_HOME/apps``."""
+    return os.path.join(stram_home(), "apps")
+
+
+def read_json(path: str) -> dict[str, Any] | None:
+    """The JSON document in a local file; None when missing or unreadable."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (exited, not yet reaped) is not alive
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def local_apps() -> list[dict[str, Any]]:
+    """Every local application under $STRAM_HOME/apps, newest first."""
+    out: list[dict[str, Any]] = []
+    if not os.path.isdir(apps_dir()):
+        return out
+    for app_id in sorted(os.listdir(apps_dir()), reverse=True):
+        path = os.path.join(apps_dir(), app_id)
+        status = read_json(os.path.join(path, "status.json")) or {"id": app_id, "state": "STARTING"}
+        admin = read_json(os.path.join(path, "admin.json")) or {}
+        pid = admin.get("pid") or status.get("pid")
+        if status.get("state") not in TERMINAL and pid and not _pid_alive(pid):
+            status["state"] = "FAILED"
+            status["diagnostics"] = "the master process exited without a final state"
+        status.setdefault("id", app_id)
+        status["app_path"] = path
+        status["admin_url"] = admin.get("url", "")
+        out.append(status)
+    return out
+
+
+def yarn_configured() -> bool:
+    """True when a Hadoop configuration is named (then YARN application ids are looked up too)."""
+    return bool(os.environ.get("HADOOP_CONF_DIR"))
+
+
+def find_app(ref: str) -> dict[str, Any]:
+    """An application by id, unique id suffix/prefix, or name (newest wins).
+
+    Raises
+    ------
+    UserError
+        No application, or more than one, matches ``ref``.
+    """
+    apps = local_apps()
+    exact = [a for a in apps if a["id"] == ref]
+    if exact:
+        return exact[0]
+    partial = [a for a in apps if ref in a["id"]]
+    if len(partial) == 1:
+        return partial[0]
+    named = [a for a in apps if a.get("name") == ref]
+    if named:
+        return named[0]
+    if len(partial) > 1:
+        raise UserError(f"'{ref}' matches {len(partial)} applications; give more of the id "
+                        f"(see `stram list-apps`)")
+    if yarn_configured() and re.fullmatch(r"application_\d+_\d+", ref):
+        return {"id": ref, "yarn": True, "state": "RUNNING", "admin_url": "yarn"}
+    raise UserError(f"no application '{ref}' under {apps_dir()}; see `stram list-apps`")

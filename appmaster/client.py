@@ -1,0 +1,134 @@
+"""Talking to a running application, local or on YARN: admin calls, live info, following a local run.
+
+:func:`admin` routes an admin API call to a local master (its URL in
+``admin.json``) or through YARN (the ResourceManager's web proxy, see
+:mod:`appmaster.yarn.client`). :class:`LocalRun` is what
+:func:`appmaster.follow.follow` watches for a local ``stram launch``: the
+master's process, restarted (a new attempt resumes from the journal) when it
+dies without a final state, up to :data:`MASTER_ATTEMPTS` attempts.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from typing import Any, Callable
+
+from appmaster.adminhttp import request_json
+from appmaster.apps import TERMINAL, apps_dir, find_app, read_json
+from appmaster.errors import ClusterUnreachable, StramError
+
+__all__ = ["MASTER_ATTEMPTS", "admin", "app_info", "LocalRun"]
+
+#: Master attempts in a foreground local launch (YARN's default max_attempts is 2 as well).
+MASTER_ATTEMPTS = 2
+#: Seconds a call waits for a starting master's admin API to come up.
+STARTING_WAIT = 20.0
+
+
+def admin(app: dict[str, Any], path: str, method: str = "GET", body: dict | None = None) -> Any:
+    """Call ``app``'s admin API (``/ws/v2/stram/<path>``); the parsed JSON answer.
+
+    Raises
+    ------
+    StramError
+        The master is not running, does not answer, or refused the call.
+    """
+    if app.get("yarn"):
+        from appmaster import yarn
+        with yarn.connect() as client:
+            return yarn.admin_request(app["id"], client, path, method, body)
+    deadline = time.monotonic() + STARTING_WAIT
+    while app.get("state") == "STARTING" and not app.get("admin_url") and time.monotonic() < deadline:
+        time.sleep(0.2)  # the master is starting: its admin API comes up in a moment
+        app = find_app(app["id"])
+    if app.get("state") in TERMINAL or not app.get("admin_url"):
+        raise StramError(f"application {app['id']} is {app.get('state')}; its master is not running")
+    try:
+        return request_json(app["admin_url"], path, method, body)
+    except ClusterUnreachable as exc:
+        raise ClusterUnreachable(f"the application master at {exc} does not answer; "
+                                 f"is the application still running? (`stram list-apps`)") from None
+
+
+def app_info(app: dict[str, Any]) -> dict[str, Any]:
+    """Live info from the master, else the last status it wrote."""
+    if app.get("state") not in TERMINAL and app.get("admin_url"):
+        try:
+            return admin(app, "info")
+        except StramError:
+            pass
+    return app
+
+
+class LocalRun:
+    """A local application followed by ``stram launch``: its master process, restarted when it dies.
+
+    Parameters
+    ----------
+    app_id:
+        The application id.
+    master:
+        The master's process.
+    restart:
+        Starts a new master attempt; None: never restart.
+    """
+
+    def __init__(self, app_id: str, master: subprocess.Popen,
+                 restart: Callable[[], subprocess.Popen] | None = None) -> None:
+        self.app_id = app_id
+        self.master = master
+        self.restart = restart
+        self.attempts = 1
+
+    def _written_state(self) -> str | None:
+        return (read_json(os.path.join(apps_dir(), self.app_id, "status.json")) or {}).get("state")
+
+    def poll(self) -> str | None:
+        if self.master.poll() is None:
+            return None
+        state = self._written_state()
+        if state in TERMINAL or self.restart is None or self.attempts >= MASTER_ATTEMPTS:
+            return find_app(self.app_id).get("state")
+        self.attempts += 1
+        print(f"\nthe application master exited ({self.master.returncode}) without a final state; "
+              f"starting attempt {self.attempts}", file=sys.stderr)
+        self.master = self.restart()
+        return None
+
+    def progress(self, elapsed: float) -> str:
+        try:
+            app = find_app(self.app_id)
+            if not app.get("admin_url"):
+                return f"[{elapsed:6.1f}s] starting"
+            info = admin(app, "info")
+        except StramError:
+            return ""
+        rates = info.get("throughput", {})
+        busiest = sorted(rates.items(), key=lambda kv: -kv[1])[:3]
+        rate = " ".join(f"{k}={v:,.0f}/s" for k, v in busiest)
+        return (f"[{elapsed:6.1f}s] {info['state']} operators={info['operators']} "
+                f"containers={info['containers']} committed={info['committed_window_hex']} {rate}")
+
+    def can_shut_down(self) -> bool:
+        return True
+
+    def shutdown(self) -> None:
+        try:
+            admin(find_app(self.app_id), "shutdown", "POST", {})
+        except StramError:
+            pass  # not up yet or already ending: the run ends on its own or by Ctrl-C
+
+    def kill(self) -> None:
+        self.master.terminate()
+        try:
+            self.master.wait(30)
+        except subprocess.TimeoutExpired:
+            self.master.kill()
+            self.master.wait()
+
+    def outcome(self) -> tuple[str, str]:
+        app = find_app(self.app_id)
+        return app.get("state"), app.get("diagnostics") or ""
