@@ -31,9 +31,6 @@ class ContainerRequest:
 class Launcher(abc.ABC):
     """Starts container agents (``python -m container``) with their environment."""
 
-    #: Where the launcher can honour preferred hosts.
-    honours_hosts = False
-
     @abc.abstractmethod
     def launch(self, request: ContainerRequest) -> None:
         """Start a container; it finds the master through APP_PATH/heartbeatUri."""

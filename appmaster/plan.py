@@ -253,23 +253,6 @@ class PhysicalPlan:
         op = self.operators.get(op_id)
         return sorted(op.source_ids & self.operators.keys()) if op else []
 
-    def topological(self) -> list[int]:
-        """Operator ids, every operator after all of its upstream operators."""
-        order: list[int] = []
-        seen: set[int] = set()
-
-        def visit(op_id: int) -> None:
-            if op_id in seen or op_id not in self.operators:
-                return
-            seen.add(op_id)
-            for up in self.upstream(op_id):
-                visit(up)
-            order.append(op_id)
-
-        for op_id in sorted(self.operators):
-            visit(op_id)
-        return order
-
     def inline_group(self, op_id: int) -> set[int]:
         """Operators connected to ``op_id`` by streams that stay in one container."""
         group = {op_id}

@@ -23,6 +23,7 @@ import grpc
 import psutil
 
 import proto
+from appmaster.attributes import default as attribute_default
 from container import fs
 from container.bufferserver import BufferServer, MessageType, Subscriber
 from container.codec import get_codec
@@ -104,7 +105,6 @@ class Agent:
         self.context: proto.StreamingContainerContext | None = None
         self.interval = 1.0
         self._stop = threading.Event()
-        self._errors: list[tuple[list[int], str]] = []
         self._lock = threading.Lock()
         self._process = psutil.Process()
 
@@ -117,12 +117,11 @@ class Agent:
         self.interval = ctx.heartbeat_interval_millis / 1000
         os.makedirs(self.work_dir, exist_ok=True)
         if ctx.deploy_buffer_server:
-            attrs = ctx.attributes
-            spool = os.path.join(self.work_dir, "spool") if json.loads(attrs.get("BUFFER_SPOOLING", "true")) else None
+            spool = os.path.join(self.work_dir, "spool") if self.dag_attribute("BUFFER_SPOOLING") else None
             bind = "127.0.0.1" if self.host in ("127.0.0.1", "localhost") else "0.0.0.0"
             self.buffer_server = BufferServer(
                 token=ctx.buffer_server_token, host=bind, port=0,
-                memory_limit_mb=float(json.loads(attrs.get("BUFFER_MEMORY_MB", "64"))), spool_dir=spool)
+                memory_limit_mb=float(self.dag_attribute("BUFFER_MEMORY_MB")), spool_dir=spool)
             _, port = self.buffer_server.start()
             self.buffer_address = (self.host, port)
         self.log(f"container {self.container_id} started (pid {os.getpid()}, buffer server "
@@ -138,11 +137,17 @@ class Agent:
             self.shutdown()
         return 0
 
+    def dag_attribute(self, name: str) -> Any:
+        """A DAG attribute from the init context, else its default from the attribute table."""
+        if self.context is not None and name in self.context.attributes:
+            return json.loads(self.context.attributes[name])
+        return attribute_default(name)
+
     def _call_with_retry(self, method: str, request: Any) -> Any:
         """Call the master; on failure re-read heartbeatUri (a new master attempt) and retry."""
         timeout_ms = 30000
         if self.context is not None:
-            timeout_ms = int(json.loads(self.context.attributes.get("HEARTBEAT_TIMEOUT_MILLIS", "30000")))
+            timeout_ms = int(self.dag_attribute("HEARTBEAT_TIMEOUT_MILLIS"))
         deadline = time.monotonic() + max(timeout_ms / 1000, 10.0) * 2
         delay = 0.1
         while True:
@@ -261,6 +266,8 @@ class Agent:
             for node in self.finished.values():
                 self._safe(node, node.operator.committed, self.committed)
             if self.buffer_server is not None:
+                # every restart resumes after a checkpoint >= committed, so windows <= committed
+                # are never replayed; "- 1" keeps the newest of them as a one-window safety margin
                 self.buffer_server.purge("", self.committed - 1)
         for op_id in r.undeploy_request:
             self._undeploy(op_id)

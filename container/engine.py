@@ -39,8 +39,6 @@ log = logging.getLogger("container.engine")
 
 # Message kinds on node queues and in sinks.
 DATA, BEGIN_WINDOW, END_WINDOW, CHECKPOINT, END_STREAM = range(5)
-KIND_NAMES = {DATA: "DATA", BEGIN_WINDOW: "BEGIN_WINDOW", END_WINDOW: "END_WINDOW",
-              CHECKPOINT: "CHECKPOINT", END_STREAM: "END_STREAM"}
 
 #: Tuples per batch before an output port is flushed mid-window.
 BATCH_SIZE = 1024

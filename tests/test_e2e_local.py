@@ -9,56 +9,17 @@ import subprocess
 import sys
 import time
 
-import psutil
 import pytest
 
 from conftest import ROOT, read_counts, word_truth
+from e2ekit import app_processes, launch_detached, running_operators, wait_until
 from scripts import cli
-from appmaster import apps as stram_apps, client as stram_client
-from appmaster.errors import StramError
+from appmaster import apps as stram_apps
 
 pytestmark = pytest.mark.slow
 
 WORDS = ROOT / "specs" / "data" / "words.txt"
 MOBY = ROOT / "specs" / "data" / "moby-dick.txt"
-
-
-def app_processes(app_id: str) -> list[psutil.Process]:
-    """Every live process of an application: its master and its containers."""
-    found = []
-    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
-        try:
-            if proc.info["status"] == psutil.STATUS_ZOMBIE:
-                continue
-            if app_id in " ".join(proc.info["cmdline"] or ()) or proc.environ().get("STRAM_APP_ID") == app_id:
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return found
-
-
-def launch_detached(*args: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "scripts.cli", "launch", *args, "--detach"],
-                         capture_output=True, text=True, cwd=ROOT, check=True)
-    return out.stdout.strip().splitlines()[-1]
-
-
-def wait_until(predicate, timeout: float = 60.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def running_operators(app_id: str) -> int:
-    try:
-        return sum(1 for r in stram_client.admin(stram_apps.find_app(app_id), "operators")["operators"]
-                   if r["state"] == "ACTIVE")
-    except StramError:
-        return 0
 
 
 @pytest.mark.parametrize("extra", [
@@ -87,7 +48,6 @@ def test_partitioned_across_containers(tmp_path):
                      "-D", "operators.count.partitions=3"])
     assert code == 0
     app = stram_apps.local_apps()[0]
-    plan_containers = {p.name for p in (tmp_path.parent.glob("*"))}  # noqa: F841 - keep tmp alive
     truth = word_truth(WORDS)
     sums, maxima, _ = read_counts(out)
     assert sums == truth and maxima == dict(truth)

@@ -10,29 +10,18 @@ import subprocess
 import sys
 import time
 
-import psutil
 import pytest
 
 from conftest import ROOT, read_counts, word_truth
 from scripts import cli
 from appmaster import apps as stram_apps, client as stram_client
-from test_e2e_local import app_processes, launch_detached, running_operators, wait_until
+from e2ekit import agent_pid, launch_detached, running_operators, wait_until
 
 pytestmark = pytest.mark.slow
 
 MOBY = ROOT / "specs" / "data" / "moby-dick.txt"
 FAST = ["-D", "STREAMING_WINDOW_SIZE_MILLIS=100", "-D", "HEARTBEAT_INTERVAL_MILLIS=300",
         "-D", "CHECKPOINT_WINDOW_COUNT=5"]
-
-
-def container_pid(app_id: str, container_id: str) -> int | None:
-    for proc in app_processes(app_id):
-        try:
-            if proc.environ().get("STRAM_CONTAINER_ID") == container_id:
-                return proc.pid
-        except psutil.NoSuchProcess:
-            continue
-    return None
 
 
 def kill_random_containers(app_id: str, kills: int, seed: int, spacing: tuple[float, float]) -> list[str]:
@@ -46,7 +35,7 @@ def kill_random_containers(app_id: str, kills: int, seed: int, spacing: tuple[fl
         if not running:
             break
         victim = rng.choice(running)
-        pid = container_pid(app_id, victim)
+        pid = agent_pid(app_id, victim)
         if pid:
             os.kill(pid, signal.SIGKILL)
             killed.append(victim)
@@ -201,7 +190,7 @@ def test_upstream_moves_downstream_agents_reconnect_without_restart(tmp_path):
     before = {r["id"]: r for r in stram_client.admin(app, "containers")["containers"]}
     upstream = next(c for c in before.values() if "split" in c["operators"])
     downstream = {cid: c["process"] for cid, c in before.items() if cid != upstream["id"]}
-    os.kill(container_pid(app_id, upstream["id"]), signal.SIGKILL)
+    os.kill(agent_pid(app_id, upstream["id"]), signal.SIGKILL)
     wait_until(lambda: running_operators(app_id) == 6 and any(
         "split" in c["operators"] and c["id"] != upstream["id"]
         for c in stram_client.admin(app, "containers")["containers"]), timeout=60, what="split redeployed")

@@ -10,7 +10,7 @@ from conftest import read_counts
 from scripts import cli
 from appmaster import apps as stram_apps, client as stram_client
 from appmaster.errors import StramError
-from test_e2e_local import launch_detached, wait_until
+from e2ekit import launch_detached, wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -565,7 +565,7 @@ def _scale(app_id: str, n: int, capsys, timeout: float = 30.0) -> dict:
 def test_scale_wordcount_while_it_runs(tmp_path, capsys):
     from scripts import cli
     from appmaster import apps as stram_apps
-    from test_e2e_local import launch_detached, wait_until
+    from e2ekit import launch_detached, wait_until
     out = tmp_path / "out"
     app_id = launch_detached("specs/wordcount.yaml", *FAST, "-D", f"operators.reader.path={MOBY}",
                              "-D", "operators.reader.lines_per_window=60", "-D", "PROCESSING_MODE=EXACTLY_ONCE",
@@ -597,7 +597,7 @@ def test_scale_wordcount_while_it_runs(tmp_path, capsys):
 def test_stats_listener_scales_wordcount(tmp_path, capsys, monkeypatch):
     """specs/autoscale_wordcount.yaml: count starts with 1 partition; the listener adds more."""
     from scripts import cli
-    from test_e2e_local import launch_detached, wait_until
+    from e2ekit import launch_detached, wait_until
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.setenv("STRAM_AUTOSCALE_WORDS_PER_PARTITION", "1000")
     monkeypatch.setenv("STRAM_AUTOSCALE_MAX_PARTITIONS", "3")

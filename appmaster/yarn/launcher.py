@@ -74,8 +74,6 @@ class YarnLauncher(Launcher):
         Skein application master stopping the master script.
     """
 
-    honours_hosts = False  # skein 0.8 places containers per service, not per request
-
     def __init__(self, app_client: Any, services: Mapping[str, tuple[int, int]] | None = None, *,
                  defer_shutdown: bool = False) -> None:
         self.app_client = app_client
