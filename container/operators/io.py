@@ -164,9 +164,13 @@ class JsonLinesOutput(Operator):
                 continue
             final = fs.join(self._dir, f"{w:020d}.jsonl")
             tmp = self._tmp(w)
-            if fs.exists(tmp):
-                if fs.exists(final):
-                    fs.delete(final)  # a replayed window: same content, idempotent
+            if not fs.exists(tmp):
+                continue
+            if fs.exists(final):
+                # a window replayed after a restart: its final file already holds the whole
+                # window, so it stays as it is (never deleted, so a reader never misses it)
+                fs.delete(tmp)
+            else:
                 fs.move(tmp, final)
         self.pending = keep
 
