@@ -24,7 +24,9 @@ import psutil
 
 import proto
 from container import fs
-from container.bufferserver import BufferServer, MessageType, Subscriber
+from container.bufferserver.client import Subscriber
+from container.bufferserver.protocol import MessageType
+from container.bufferserver.server import BufferServer
 from container.codec import get_codec
 from container.engine import (BEGIN_WINDOW, CHECKPOINT, DATA, END_STREAM, END_WINDOW,
                               DirectSink, Node, NodeState, PublisherSink, QueueSink, load_class)

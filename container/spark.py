@@ -392,7 +392,8 @@ def read_partition(partition: StramPartition, schema: Any) -> Iterator[Any]:
     """
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from container.bufferserver import BufferServerError, MessageType, Subscriber
+    from container.bufferserver.client import Subscriber
+    from container.bufferserver.protocol import BufferServerError, MessageType
     from container.codec import get_codec
 
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
@@ -484,7 +485,8 @@ def probe_end_of_stream(host: str, port_number: int, token: bytes, publisher: st
         ``(False, after_window)`` when neither came within ``wait``; ``(None,
         after_window)`` when the buffer server could not be asked.
     """
-    from container.bufferserver import BufferServerError, MessageType, Subscriber
+    from container.bufferserver.client import Subscriber
+    from container.bufferserver.protocol import BufferServerError, MessageType
 
     sub = Subscriber(host, port_number, token, publisher, after_window + 1, mask=0xFFFFFFFF, keys=(),
                      reconnect=False, connect_timeout=connect_timeout, subscriber_id=f"spark-probe:{os.getpid()}")
