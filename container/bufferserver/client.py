@@ -97,7 +97,6 @@ class RemotePublisher:
         self.flush_bytes, self.max_frame = flush_bytes, max_frame
         self._pending: list = []
         self._pending_bytes = 0
-        self.bytes_sent = 0
         self._sock = _connect(host, port, connect_timeout)
         try:
             self._sock.sendall(encode_publish(_as_token(token), publisher_id, from_window))
@@ -154,7 +153,6 @@ class RemotePublisher:
             _send_buffers(self._sock, pending)
         except OSError as e:
             raise BufferServerError(f"publisher {self.publisher_id!r}: connection lost: {e}") from e
-        self.bytes_sent += sum(len(b) for b in pending)
 
     def close(self) -> None:
         """Flush and close; the server keeps the data."""

@@ -89,7 +89,6 @@ _END_STREAM = MessageType.END_STREAM
 _CHECKPOINT = MessageType.CHECKPOINT
 _RESET_WINDOW = MessageType.RESET_WINDOW
 _WINDOW_MSGS = frozenset({_BEGIN, _END, _CHECKPOINT, _RESET_WINDOW})
-_DATA_MSGS = frozenset({_PAYLOAD, _END_STREAM}) | _WINDOW_MSGS
 _REQUESTS = frozenset({MessageType.PUBLISH, MessageType.SUBSCRIBE,
                        MessageType.PURGE, MessageType.RESET})
 _KNOWN = frozenset(int(t) for t in MessageType)

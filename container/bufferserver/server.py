@@ -101,7 +101,6 @@ class BufferServer:
         self.token = _as_token(token)
         self.host, self.port = host, port
         self.memory_limit = int(memory_limit_mb * (1 << 20))
-        self.spool_dir = spool_dir
         self.max_frame = max_frame
         self.handshake_timeout = handshake_timeout
         self.spool_root: str | None = None

@@ -60,8 +60,6 @@ class BlockGenerator:
         self.capacity = max(int(capacity), 1)
         #: Items added since this generator was created.
         self.items_added = 0
-        #: Blocks cut since this generator was created.
-        self.blocks_cut = 0
         self._next_seq = first_seq
         self._cond = threading.Condition()
         self._buffer: list[Any] = []
@@ -126,7 +124,6 @@ class BlockGenerator:
             self._buffer, self._metadata = [], []
             self._next_seq += 1
             self._outstanding += 1
-            self.blocks_cut += 1
             self._blocks.append(block)
             self._cond.notify_all()
             return block
