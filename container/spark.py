@@ -456,7 +456,7 @@ def read_partition(partition: StramPartition, schema: Any) -> Iterator[Any]:
         if rows:
             yield from flush()
     finally:
-        _close_subscriber(sub)
+        sub.close()  # also closes the connection
 
 
 def probe_end_of_stream(host: str, port_number: int, token: bytes, publisher: str, after_window: int,
@@ -507,18 +507,7 @@ def probe_end_of_stream(host: str, port_number: int, token: bytes, publisher: st
     except (BufferServerError, OSError):
         return None, after_window
     finally:
-        _close_subscriber(sub)
-
-
-def _close_subscriber(sub: Any) -> None:
-    """Close a subscriber and its connection (``Subscriber.close`` alone only signals)."""
-    sub.close()
-    sock = getattr(sub, "_sock", None)
-    if sock is not None:
-        try:
-            sock.close()
-        except OSError:
-            pass
+        sub.close()  # also closes the connection
 
 
 # ---------------------------------------------------------------- Spark's checkpoint

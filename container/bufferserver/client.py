@@ -250,7 +250,7 @@ class Subscriber:
         except BaseException:
             sock.close()
             raise
-        self._timeout: float | None = None
+        self._timeout = None
         sock.settimeout(None)
         if self._connections:
             self.reconnects += 1
@@ -377,7 +377,7 @@ class Subscriber:
         return self._ended
 
     def close(self) -> None:
-        """Stop; a blocked :meth:`messages` or :meth:`poll` returns."""
+        """Stop: shut down and close the connection; a blocked :meth:`messages` or :meth:`poll` returns."""
         self._closed.set()
         sock = self._sock
         _shutdown(sock)

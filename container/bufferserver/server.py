@@ -202,8 +202,8 @@ class BufferServer:
     def disconnect_subscribers(self, publisher_id: str | None = None) -> int:
         """Close subscriber connections (of one publisher or all) without an ERROR.
 
-        Clients with ``reconnect`` resume exactly where they were; used by
-        tests and when a stream is rewired. Returns the number closed.
+        Clients with ``reconnect`` resume exactly where they were (the tests
+        cut connections with it). Returns the number closed.
         """
         with self._lock:
             streams = [s for k, s in self._streams.items() if publisher_id in (None, k)]

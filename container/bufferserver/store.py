@@ -23,7 +23,7 @@ Memory bound: with a spool directory a publisher's in-memory bytes are at
 most the limit whenever a call returns; without one, ``payload`` waits until
 a purge makes room (13-byte control frames are always admitted, and a payload
 larger than the whole limit only into an empty buffer). Buffers being sent
-to a subscriber (at most 4 MiB each) are not counted.
+to a subscriber (batches of about 4 MiB, or one larger frame) are not counted.
 
 Rewind and reset: re-publishing an id from window ``f`` drops windows
 ``>= f`` and any unfinished window; a subscriber that was already sent some of
