@@ -37,6 +37,8 @@ The package is split by what runs where: ``blocks`` (:class:`Block`,
 the public API; import them, and name receivers in specs, from here.
 """
 
+# Not sorted: the operator classes are bound in their old definition order, the order in which
+# a spec naming a missing class here lists "operators there" (tests/test_spec.py pins it).
 from container.receivers.blocks import Block, BlockGenerator, GeneratorStopped
 from container.receivers.operator import ReceiverInputOperator, Receiver
 from container.receivers.builtin import SocketTextReceiver, DirectoryReceiver
