@@ -41,7 +41,7 @@ import socket
 import threading
 from array import array
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from container.bufferserver.connection import _shutdown
 from container.bufferserver.protocol import (
@@ -49,12 +49,23 @@ from container.bufferserver.protocol import (
     _RESET_WINDOW, _U32, BufferServerError, ProtocolError,
 )
 
-if TYPE_CHECKING:
-    from container.bufferserver.server import BufferServer
-
 __all__ = ["Publisher"]
 
 _SEND_BUDGET = 4 << 20                 # bytes a subscriber thread sends per batch
+
+
+class _Owner(Protocol):
+    """What a stream reads from the server that owns it.
+
+    That is a :class:`~container.bufferserver.server.BufferServer`, described
+    here instead of imported: the server imports this module.
+    """
+
+    memory_limit: int
+    spool_root: str | None
+    _stopping: bool
+
+    def _stream_dir(self, publisher_id: str) -> str: ...
 
 
 # --------------------------------------------------------------------------- stored frames
@@ -123,7 +134,7 @@ class _Sub:
 class _Stream:
     """All stored data of one publisher id, guarded by ``cond``."""
 
-    def __init__(self, server: "BufferServer", publisher_id: str) -> None:
+    def __init__(self, server: _Owner, publisher_id: str) -> None:
         self.server = server
         self.id = publisher_id
         self.cond = threading.Condition(threading.Lock())
