@@ -6,6 +6,7 @@ import copy
 import heapq
 import importlib
 import re
+import sys
 import types
 import typing
 from dataclasses import dataclass, field
@@ -438,7 +439,8 @@ def _resolve(ref: str, what: str) -> Any:
             if obj is module and what == "Class":
                 found = [n for n, v in vars(module).items()
                          if isinstance(v, type) and issubclass(v, Operator)
-                         and v.__module__ == module_name]
+                         and (v.__module__ == module_name
+                              or v.__module__.startswith(module_name + "."))]
                 hint = f" (operators there: {', '.join(found)})" if found else ""
             raise ValueError(f"module {module_name!r} has no {part!r}{hint}")
         obj = getattr(obj, part)
@@ -1001,6 +1003,13 @@ def _port_list(operator: str, ports: Mapping[str, Any], kind: str) -> str:
 
 
 def _class_ref(cls: type) -> str:
+    """``module:Class``; a class its package re-exports is named through the package
+    (``container.receivers:SocketTextReceiver``, not ``container.receivers.builtin:...``)."""
+    parts = cls.__module__.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        package = ".".join(parts[:i])
+        if getattr(sys.modules.get(package), cls.__qualname__, None) is cls:
+            return f"{package}:{cls.__qualname__}"
     return f"{cls.__module__}:{cls.__qualname__}"
 
 

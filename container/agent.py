@@ -25,7 +25,9 @@ import psutil
 import proto
 from appmaster.attributes import default as attribute_default
 from container import fs
-from container.bufferserver import BufferServer, MessageType, Subscriber
+from container.bufferserver.client import Subscriber
+from container.bufferserver.protocol import MessageType
+from container.bufferserver.server import BufferServer
 from container.codec import get_codec
 from container.engine import (BEGIN_WINDOW, CHECKPOINT, DATA, END_STREAM, END_WINDOW,
                               DirectSink, Node, NodeState, PublisherSink, QueueSink, load_class)

@@ -392,7 +392,8 @@ def read_partition(partition: StramPartition, schema: Any) -> Iterator[Any]:
     """
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from container.bufferserver import BufferServerError, MessageType, Subscriber
+    from container.bufferserver.client import Subscriber
+    from container.bufferserver.protocol import BufferServerError, MessageType
     from container.codec import get_codec
 
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
@@ -455,7 +456,7 @@ def read_partition(partition: StramPartition, schema: Any) -> Iterator[Any]:
         if rows:
             yield from flush()
     finally:
-        _close_subscriber(sub)
+        sub.close()  # also closes the connection
 
 
 def probe_end_of_stream(host: str, port_number: int, token: bytes, publisher: str, after_window: int,
@@ -484,7 +485,8 @@ def probe_end_of_stream(host: str, port_number: int, token: bytes, publisher: st
         ``(False, after_window)`` when neither came within ``wait``; ``(None,
         after_window)`` when the buffer server could not be asked.
     """
-    from container.bufferserver import BufferServerError, MessageType, Subscriber
+    from container.bufferserver.client import Subscriber
+    from container.bufferserver.protocol import BufferServerError, MessageType
 
     sub = Subscriber(host, port_number, token, publisher, after_window + 1, mask=0xFFFFFFFF, keys=(),
                      reconnect=False, connect_timeout=connect_timeout, subscriber_id=f"spark-probe:{os.getpid()}")
@@ -505,18 +507,7 @@ def probe_end_of_stream(host: str, port_number: int, token: bytes, publisher: st
     except (BufferServerError, OSError):
         return None, after_window
     finally:
-        _close_subscriber(sub)
-
-
-def _close_subscriber(sub: Any) -> None:
-    """Close a subscriber and its connection (``Subscriber.close`` alone only signals)."""
-    sub.close()
-    sock = getattr(sub, "_sock", None)
-    if sock is not None:
-        try:
-            sock.close()
-        except OSError:
-            pass
+        sub.close()  # also closes the connection
 
 
 # ---------------------------------------------------------------- Spark's checkpoint

@@ -102,6 +102,9 @@ BAD_SPECS = [
     ("class not in module", app(ops=op("up", "{class: spec_fixture_ops:Uper}")),
      "app.yaml: operators.up.class: module 'spec_fixture_ops' has no 'Uper' (operators "
      "there: Source, Upper, Join, Sink, OptionalSink, ControlledSource)"),
+    ("class not in package", app(ops=op("src", "{class: container.receivers:SocketTextRecever}")),
+     "app.yaml: operators.src.class: module 'container.receivers' has no 'SocketTextRecever' "
+     "(operators there: ReceiverInputOperator, Receiver, SocketTextReceiver, DirectoryReceiver)"),
     ("not an Operator", app(ops=op("up", "{class: spec_fixture_ops:NotAnOperator}")),
      "app.yaml: operators.up.class: 'spec_fixture_ops:NotAnOperator' is not a subclass of "
      "container.operator.Operator"),
@@ -112,6 +115,10 @@ BAD_SPECS = [
      "app.yaml: operators.src.properties.pth: unknown property 'pth' of "
      "spec_fixture_ops:Source (known: path, count, rate, verbose, limit, label, tags, "
      "weights)"),
+    ("unknown property of a package's class",
+     app(ops=op("src", "{class: container.receivers:SocketTextReceiver, properties: {hots: x}}")),
+     "app.yaml: operators.src.properties.hots: unknown property 'hots' of "
+     "container.receivers:SocketTextReceiver (known: host, port, ack, ack_wait_seconds)"),
     ("property of a class without any",
      app(ops=OPS + "  opt: {class: spec_fixture_ops:OptionalSink, properties: {x: 1}}\n"),
      "app.yaml: operators.opt.properties.x: unknown property 'x' of "

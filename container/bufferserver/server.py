@@ -1,0 +1,432 @@
+"""The buffer server: a TCP server in front of the per-publisher stores.
+
+:class:`BufferServer` accepts connections, checks each one's request and token,
+then either reads a remote publisher's frames into its :class:`_Stream` or
+sends a subscriber its stream from the requested window on. It also serves
+PURGE and RESET requests and offers the same operations in-process
+(:meth:`BufferServer.publisher`, :meth:`~BufferServer.purge`, ...).
+"""
+
+from __future__ import annotations
+
+import hmac
+import itertools
+import logging
+import os
+import re
+import shutil
+import socket
+import tempfile
+import threading
+import time
+
+from container.bufferserver.connection import _FrameReader, _send_buffers, _shutdown
+from container.bufferserver.protocol import (
+    _END_STREAM, _END_STREAM_FRAME, _I64, _KNOWN, _PAYLOAD, _REQUESTS, _TYPE_OF, _WINDOW_MSGS,
+    MAX_FRAME, BufferServerError, MessageType, ProtocolError, _as_token, _Body, _frame,
+)
+from container.bufferserver.store import Publisher, _flatten, _Stream, _Sub, _wanted
+
+__all__ = ["BufferServer"]
+
+#: One logger for the whole package, under the name it always had.
+log = logging.getLogger("container.bufferserver")
+
+_MAX_REQUEST = 1 << 20                 # largest request frame (before a connection's role is known)
+
+
+def _peer_name(sock: socket.socket) -> str:
+    try:
+        host, port = sock.getpeername()[:2]
+        return f"{host}:{port}"
+    except OSError:
+        return "<unknown peer>"
+
+
+def _readable(sock: socket.socket) -> bool:
+    """True when the peer sent data or closed (a subscriber must do neither)."""
+    try:
+        sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _close_with_error(sock: socket.socket, reason: str) -> None:
+    """Best effort: send ERROR, then drop unread input so the close does not reset the peer."""
+    try:
+        sock.settimeout(0.5)
+        sock.sendall(_frame(MessageType.ERROR, reason.encode()))
+        sock.shutdown(socket.SHUT_WR)
+        for _ in range(64):
+            if not sock.recv(65536, socket.MSG_DONTWAIT):
+                break
+    except OSError:
+        pass
+
+
+# --------------------------------------------------------------------------- server
+
+class BufferServer:
+    """The buffer server of one container.
+
+    Parameters
+    ----------
+    token : bytes
+        Every request must present it (``bufferServerToken``).
+    host, port : str, int
+        Address to bind; port 0 picks a free port.
+    memory_limit_mb : float
+        In-memory bytes allowed per publisher (MiB).
+    spool_dir : str, optional
+        Where windows beyond the memory limit spill. None: publishers block
+        in ``payload`` until a purge frees memory.
+    max_frame : int
+        Largest frame length accepted; a longer length closes the connection.
+    handshake_timeout : float
+        Seconds a new connection has to send its request.
+
+    Notes
+    -----
+    One thread accepts, one thread serves each connection; idle threads sleep
+    on sockets or conditions. A bad connection is closed with a warning on the
+    ``container.bufferserver`` logger and never affects others.
+    """
+
+    def __init__(self, token: bytes | str, host: str = "127.0.0.1", port: int = 0,
+                 memory_limit_mb: float = 64, spool_dir: str | None = None,
+                 max_frame: int = MAX_FRAME, handshake_timeout: float = 10.0) -> None:
+        self.token = _as_token(token)
+        self.host, self.port = host, port
+        self.memory_limit = int(memory_limit_mb * (1 << 20))
+        self.max_frame = max_frame
+        self.handshake_timeout = handshake_timeout
+        self.spool_root: str | None = None
+        if spool_dir is not None:
+            os.makedirs(spool_dir, exist_ok=True)
+            self.spool_root = tempfile.mkdtemp(prefix="bufferserver-", dir=spool_dir)
+        self._streams: dict[str, _Stream] = {}
+        self._lock = threading.Lock()
+        self._conns: dict[socket.socket, threading.Thread] = {}
+        self._listener: socket.socket | None = None
+        self._accept_thread: threading.Thread | None = None
+        self._stopping = False
+        self._dir_ids = itertools.count()
+
+    # -- lifecycle ---------------------------------------------------------
+    def start(self) -> tuple[str, int]:
+        """Bind and start serving; returns the bound ``(host, port)``."""
+        listener = socket.create_server((self.host, self.port), backlog=128)
+        self._listener = listener
+        self.host, self.port = listener.getsockname()[:2]
+        self._accept_thread = threading.Thread(target=self._accept_loop, daemon=True,
+                                               name=f"bufferserver-accept-{self.port}")
+        self._accept_thread.start()
+        log.info("buffer server listening on %s:%d", self.host, self.port)
+        return self.host, self.port
+
+    def stop(self, grace: float = 2.0) -> None:
+        """Stop serving: close every connection, wake blocked publishers, delete spill files.
+
+        Parameters
+        ----------
+        grace : float
+            Seconds to wait for connection threads to finish.
+        """
+        self._stopping = True
+        if self._listener is not None:
+            _shutdown(self._listener)
+            self._listener.close()
+        with self._lock:
+            streams = list(self._streams.values())
+            conns = dict(self._conns)
+        for st in streams:
+            with st.cond:
+                st.cond.notify_all()
+        for sock in conns:
+            _shutdown(sock)
+        deadline = time.monotonic() + grace
+        for t in [self._accept_thread, *conns.values()]:
+            if t is not None and t is not threading.current_thread():
+                t.join(max(0.0, deadline - time.monotonic()))
+        if self.spool_root is not None:
+            shutil.rmtree(self.spool_root, ignore_errors=True)
+
+    def __enter__(self) -> "BufferServer":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- in-process API ----------------------------------------------------
+    def publisher(self, publisher_id: str, from_window: int) -> Publisher:
+        """Publish ``publisher_id`` from this process.
+
+        Parameters
+        ----------
+        publisher_id : str
+            ``"<operatorId>.<portName>"``.
+        from_window : int
+            Stored windows ``>= from_window`` (and any unfinished window) are
+            dropped and replaced by what is published next; subscribers that
+            already received dropped data get an ERROR.
+
+        Returns
+        -------
+        Publisher
+        """
+        stream = self._stream(publisher_id)
+        return Publisher(stream, stream.attach(from_window, None), self.max_frame)
+
+    def purge(self, publisher_id: str, window: int) -> int:
+        """Drop complete windows ``<= window`` of one publisher (``""``: all); returns how many."""
+        with self._lock:
+            streams = list(self._streams.values()) if publisher_id == "" else \
+                [s for s in (self._streams.get(publisher_id),) if s is not None]
+        return sum(s.purge(window) for s in streams)
+
+    def reset(self, publisher_id: str) -> None:
+        """Drop all data of ``publisher_id``; disconnect its publisher and subscribers.
+
+        Subscribers that had received some of the data get an ERROR; the
+        others are disconnected without one and may subscribe again.
+        """
+        with self._lock:
+            stream = self._streams.get(publisher_id)
+        if stream is not None:
+            stream.reset()      # the (now empty) entry stays: waiting subscribers hold it
+
+    def disconnect_subscribers(self, publisher_id: str | None = None) -> int:
+        """Close subscriber connections (of one publisher or all) without an ERROR.
+
+        Clients with ``reconnect`` resume exactly where they were (the tests
+        cut connections with it). Returns the number closed.
+        """
+        with self._lock:
+            streams = [s for k, s in self._streams.items() if publisher_id in (None, k)]
+        n = 0
+        for st in streams:
+            with st.cond:
+                subs = list(st.subscribers)
+                for sub in subs:
+                    sub.kicked = True
+                st.cond.notify_all()
+            for sub in subs:
+                _shutdown(sub.sock)
+            n += len(subs)
+        return n
+
+    def stats(self) -> dict[str, dict]:
+        """Per publisher id: ``memory_bytes``, ``spilled_bytes``, ``windows``,
+        ``first_window``, ``last_window`` (None when empty), ``subscribers``, ``publishing``."""
+        with self._lock:
+            streams = list(self._streams.items())
+        return {k: s.stats() for k, s in streams}
+
+    def _stream(self, publisher_id: str) -> _Stream:
+        with self._lock:
+            stream = self._streams.get(publisher_id)
+            if stream is None:
+                stream = self._streams[publisher_id] = _Stream(self, publisher_id)
+            return stream
+
+    def _stream_dir(self, publisher_id: str) -> str:
+        safe = re.sub(r"[^A-Za-z0-9._-]", "_", publisher_id)[:80]
+        path = os.path.join(self.spool_root, f"{next(self._dir_ids):04d}-{safe}")
+        os.makedirs(path, exist_ok=True)
+        return path
+
+    # -- connections -------------------------------------------------------
+    def _accept_loop(self) -> None:
+        listener = self._listener
+        while not self._stopping:
+            try:
+                conn, _ = listener.accept()
+            except OSError as e:
+                if self._stopping:
+                    break
+                log.warning("buffer server accept failed: %s", e)
+                time.sleep(0.1)
+                continue
+            try:
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+            t = threading.Thread(target=self._serve, args=(conn,), daemon=True,
+                                 name=f"bufferserver-conn-{_peer_name(conn)}")
+            with self._lock:
+                if self._stopping:
+                    conn.close()
+                    break
+                self._conns[conn] = t
+            t.start()
+
+    def _serve(self, sock: socket.socket) -> None:
+        peer = _peer_name(sock)
+        reader = _FrameReader(sock, min(self.max_frame, _MAX_REQUEST), size=64 << 10)
+        try:
+            sock.settimeout(self.handshake_timeout)
+            try:
+                body = reader.read_frame()
+            except socket.timeout:
+                raise ProtocolError(f"no request within {self.handshake_timeout:g}s") from None
+            if body is None:
+                log.debug("connection from %s closed before a request", peer)
+                return
+            sock.settimeout(None)
+            reader.max_frame = self.max_frame
+            mtype = body[0]
+            if mtype not in _KNOWN:
+                raise ProtocolError(f"unknown message type {mtype}")
+            if mtype not in _REQUESTS:
+                raise ProtocolError(f"expected a request, got {_TYPE_OF[mtype].name}")
+            req = _Body(body)
+            try:
+                token = req.blob()
+            except ProtocolError:
+                raise ProtocolError(f"missing token in {_TYPE_OF[mtype].name} request") from None
+            if not token:
+                raise ProtocolError(f"missing token in {_TYPE_OF[mtype].name} request")
+            if not hmac.compare_digest(token, self.token):
+                raise ProtocolError(f"wrong token in {_TYPE_OF[mtype].name} request")
+            publisher_id = req.text()
+            if mtype == MessageType.PUBLISH:
+                from_window = req.i64()
+                req.done()
+                self._serve_publisher(sock, peer, reader, publisher_id, from_window)
+            elif mtype == MessageType.SUBSCRIBE:
+                from_window, mask, nkeys = req.i64(), req.u32(), req.u16()
+                keys = frozenset(req.u32() for _ in range(nkeys))
+                name = req.text()
+                req.done()
+                self._serve_subscriber(sock, peer, publisher_id, from_window, mask, keys, name)
+            elif mtype == MessageType.PURGE:
+                window = req.i64()
+                req.done()
+                n = self.purge(publisher_id, window)
+                sock.sendall(_frame(MessageType.OK, f"purged {n} windows".encode()))
+            else:
+                req.done()
+                self.reset(publisher_id)
+                sock.sendall(_frame(MessageType.OK))
+        except ProtocolError as e:
+            log.warning("buffer server: closing connection from %s: %s", peer, e)
+            _close_with_error(sock, str(e))
+        except BufferServerError as e:
+            log.info("buffer server: closing connection from %s: %s", peer, e)
+        except OSError as e:
+            if not self._stopping:
+                log.info("buffer server: connection from %s lost: %s", peer, e)
+        except Exception:  # never let one connection take the server down
+            log.exception("buffer server: unexpected error on connection from %s", peer)
+        finally:
+            with self._lock:
+                self._conns.pop(sock, None)
+            sock.close()
+
+    def _serve_publisher(self, sock: socket.socket, peer: str, reader: _FrameReader,
+                         publisher_id: str, from_window: int) -> None:
+        stream = self._stream(publisher_id)
+        gen = stream.attach(from_window, sock)
+        log.debug("publisher %r from %s, window %d", publisher_id, peer, from_window)
+        try:
+            sock.sendall(_frame(MessageType.OK))
+            buf, view = reader.buf, reader.view
+            unpack_i64 = _I64.unpack_from
+            while True:
+                frames = reader.parse()
+                if frames:
+                    buf, view = reader.buf, reader.view
+                    items = []
+                    for s, e in frames:
+                        mtype, n = buf[s + 4], e - s - 4
+                        if mtype == _PAYLOAD:
+                            if n < 5:
+                                raise ProtocolError("garbled PAYLOAD frame: no partition tag")
+                            items.append((mtype, bytes(view[s:e]), 0))
+                        elif mtype in _WINDOW_MSGS:
+                            if n != 9:
+                                raise ProtocolError(f"garbled {_TYPE_OF[mtype].name} frame: {n} bytes")
+                            items.append((mtype, bytes(view[s:e]), unpack_i64(buf, s + 5)[0]))
+                        elif mtype == _END_STREAM:
+                            if n != 1:
+                                raise ProtocolError(f"garbled END_STREAM frame: {n} bytes")
+                            items.append((mtype, _END_STREAM_FRAME, 0))
+                        elif mtype in _KNOWN:
+                            raise ProtocolError(f"unexpected {_TYPE_OF[mtype].name} on a publisher connection")
+                        else:
+                            raise ProtocolError(f"unknown message type {mtype}")
+                    stream.append_many(gen, items)
+                if not reader.fill():
+                    if stream.generation != gen:
+                        raise BufferServerError(f"publisher {publisher_id!r} was superseded or reset")
+                    if reader.pending():
+                        raise ProtocolError(f"truncated frame: connection closed after "
+                                            f"{reader.pending()} bytes of a frame")
+                    log.debug("publisher %r from %s disconnected", publisher_id, peer)
+                    return
+        finally:
+            stream.detach(gen)
+
+    def _serve_subscriber(self, sock: socket.socket, peer: str, publisher_id: str, from_window: int,
+                          mask: int, keys: frozenset, name: str) -> None:
+        stream = self._stream(publisher_id)
+        sub = _Sub(sock, peer, name, from_window, mask, keys)
+        with stream.cond:
+            stream.subscribers.add(sub)
+        log.debug("subscriber %r from %s to %r from window %d", name, peer, publisher_id, from_window)
+        fh = None
+        try:
+            sock.sendall(_frame(MessageType.OK))
+            while True:
+                with stream.cond:
+                    while (item := stream.collect(sub)) is None:
+                        if not stream.cond.wait(1.0) and _readable(sock):
+                            item = ("stop", None)   # the client sent something or went away
+                            break
+                kind, value = item
+                if kind == "mem":
+                    if mask:
+                        value = [f for f in value if _wanted(f, mask, keys)]
+                    if value:
+                        _send_buffers(sock, _flatten(value))
+                elif kind == "file":
+                    unit, first, last, offsets = value
+                    if fh is None or fh.name != unit.path:
+                        if fh is not None:
+                            fh.close()
+                        try:
+                            fh = open(unit.path, "rb")
+                        except FileNotFoundError:
+                            if unit.alive:
+                                raise
+                            fh = None
+                            continue          # purged meanwhile: nobody needs it any more
+                    start = offsets[0]
+                    fh.seek(start)
+                    data = fh.read(offsets[-1] - start)
+                    if mask:
+                        mv = memoryview(data)
+                        parts = [mv[a - start:b - start] for a, b in zip(offsets, offsets[1:])]
+                        parts = [f for f in parts if _wanted(f, mask, keys)]
+                        if parts:
+                            _send_buffers(sock, parts)
+                    else:
+                        sock.sendall(data)
+                elif kind == "end":
+                    sock.shutdown(socket.SHUT_WR)
+                    return
+                elif kind == "fail":
+                    log.info("subscriber %r from %s: %s", name, peer, value)
+                    sock.sendall(_frame(MessageType.ERROR, value.encode()))
+                    return
+                else:
+                    return
+        finally:
+            if fh is not None:
+                fh.close()
+            with stream.cond:
+                stream.subscribers.discard(sub)
