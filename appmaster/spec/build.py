@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from appmaster import attributes as attrs
 from appmaster.attributes import Scope, _show
 from appmaster.spec.errors import SpecError
-from appmaster.spec.imports import _resolve, load_operator_class
+from appmaster.spec.imports import _class_ref, _resolve, load_operator_class
 from appmaster.spec.parts import (CODECS, INLINE_LOCALITIES, LOCALITIES, OperatorSpec, PortRef,
                                   StreamSpec)
 from appmaster.spec.proptypes import _conform, _Mismatch
@@ -340,10 +340,6 @@ def _no_port(operator: str, port: Any, cls: type) -> str:
 
 def _port_list(operator: str, ports: Mapping[str, Any], kind: str) -> str:
     return f"{kind} ports of {operator}: {', '.join(ports) if ports else 'none'}"
-
-
-def _class_ref(cls: type) -> str:
-    return f"{cls.__module__}:{cls.__qualname__}"
 
 
 def _count(n: int, noun: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import sys
 from typing import Any
 
 from appmaster.attributes import _show
@@ -50,10 +51,26 @@ def _resolve(ref: str, what: str) -> Any:
         if not hasattr(obj, part):
             hint = ""
             if obj is module and what == "Class":
+                # defined there or, for a package, in one of its modules (not imported from elsewhere)
                 found = [n for n, v in vars(module).items()
                          if isinstance(v, type) and issubclass(v, Operator)
-                         and v.__module__ == module_name]
+                         and (v.__module__ == module_name or v.__module__.startswith(module_name + "."))]
                 hint = f" (operators there: {', '.join(found)})" if found else ""
             raise ValueError(f"module {module_name!r} has no {part!r}{hint}")
         obj = getattr(obj, part)
     return obj
+
+
+def _class_ref(cls: type) -> str:
+    """``"module:Class"`` naming a class, by its package when the package exports it.
+
+    A class defined in a module of a package and exported by the package
+    (``container.spark.pipeline.SparkPipeline``) is named as specs name it
+    (``container.spark:SparkPipeline``).
+    """
+    parts = cls.__module__.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        package = ".".join(parts[:i])
+        if getattr(sys.modules.get(package), cls.__qualname__, None) is cls:
+            return f"{package}:{cls.__qualname__}"
+    return f"{cls.__module__}:{cls.__qualname__}"
