@@ -25,11 +25,15 @@ def _modules() -> dict[str, str]:
 
 
 def _imports(name: str, path: str, known: set[str]) -> set[str]:
-    """Project modules ``name`` imports anywhere in its file (lazy imports count too)."""
+    """Project modules ``name`` imports at run time anywhere in its file (lazy imports count too)."""
     tree = ast.parse(open(path).read(), path)
     package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+    typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+                   and "TYPE_CHECKING" in ast.unparse(block.test) for n in ast.walk(block)}
     found = set()
     for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue  # annotations only: never imported at run time
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):

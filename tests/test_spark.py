@@ -245,7 +245,7 @@ def test_source_passes_arrow_batches_through(tmp_path, buffer_server):
 
 def test_commits_are_reported_only_once_the_ends_of_upstreams_are_known(buffer_server):
     """Reporting an upstream's last window lets the master remove it: its END_STREAM must be seen first."""
-    from container.spark import SparkPipeline, _Upstream
+    from container.spark.pipeline import SparkPipeline, _Upstream
 
     pub = buffer_server.publisher("5.output", W0 + 1)
     for w in (W0 + 1, W0 + 2):

@@ -791,6 +791,20 @@ def test_load_and_instantiate() -> None:
         load_operator_class("spec_fixture_ops:NotAnOperator")
 
 
+def test_classes_are_named_by_the_package_that_exports_them() -> None:
+    """Specs name the Spark operator ``container.spark:SparkPipeline``; so do the messages."""
+    def problem(class_name: str, properties: dict) -> str:
+        data = {"name": "a", "operators": {"spark": {"class": class_name, "properties": properties}}}
+        with pytest.raises(SpecError) as info:
+            AppSpec.from_dict(data)
+        return info.value.reason
+
+    assert problem("container.spark:SparkPipelin", {}) == \
+        "module 'container.spark' has no 'SparkPipelin' (operators there: SparkPipeline)"
+    assert problem("container.spark:SparkPipeline", {"foo": 1}).startswith(
+        "unknown property 'foo' of container.spark:SparkPipeline (known: pipeline, schema,")
+
+
 WORDCOUNT = """\
 name: wordcount
 attributes:
