@@ -224,6 +224,25 @@ def test_publisher_window_rules(server):
 
 # ---------------------------------------------------------------- reconnect
 
+def cut_connection(sub: Subscriber, timeout: float = 5.0) -> int:
+    """Shut the subscriber's live connection down from its side: 1 once cut, 0 if it never had one.
+
+    Between two connections there is nothing to cut (no socket, or ENOTCONN):
+    wait for the next one rather than miss the cut.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        sock = sub._sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+                return 1
+            except OSError:
+                pass
+        time.sleep(0.001)
+    return 0
+
+
 @pytest.mark.parametrize("side", ["server", "client"])
 def test_reconnect_mid_window_delivers_every_message_exactly_once(server, side):
     # payload sizes vary up to 200 KB so cuts also land inside frames
@@ -237,13 +256,13 @@ def test_reconnect_mid_window_delivers_every_message_exactly_once(server, side):
     for n in (3, 17, 40, 41, 90, 150, 200):
         c.wait_count(n)
         mid_window += c.msgs[-1][0] != M.END_WINDOW
-        if side == "server":
-            cuts += server.disconnect_subscribers("p")
-        else:
-            sock = c.sub._sock
-            if sock is not None:
-                sock.shutdown(socket.SHUT_RDWR)
-                cuts += 1
+        before = c.sub.reconnects
+        cut = server.disconnect_subscribers("p") if side == "server" else cut_connection(c.sub)
+        cuts += cut
+        if cut:  # the next cut must land on the new connection, not on this one again
+            deadline = time.monotonic() + 5
+            while c.sub.reconnects == before and c.thread.is_alive() and time.monotonic() < deadline:
+                time.sleep(0.001)
     publisher.join(10)
     c.thread.join(10)
     assert c.error is None
