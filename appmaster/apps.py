@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 from appmaster.errors import UserError
+from container import apppath
 
 __all__ = ["TERMINAL", "stram_home", "apps_dir", "local_apps", "find_app", "read_json",
            "yarn_configured"]
@@ -65,8 +66,8 @@ def local_apps() -> list[dict[str, Any]]:
         return out
     for app_id in sorted(os.listdir(apps_dir()), reverse=True):
         path = os.path.join(apps_dir(), app_id)
-        status = read_json(os.path.join(path, "status.json")) or {"id": app_id, "state": "STARTING"}
-        admin = read_json(os.path.join(path, "admin.json")) or {}
+        status = read_json(os.path.join(path, apppath.STATUS)) or {"id": app_id, "state": "STARTING"}
+        admin = read_json(os.path.join(path, apppath.ADMIN)) or {}
         pid = admin.get("pid") or status.get("pid")
         if status.get("state") not in TERMINAL and pid and not _pid_alive(pid):
             status["state"] = "FAILED"

@@ -19,6 +19,7 @@ from typing import Any, Callable
 from appmaster.adminhttp import request_json
 from appmaster.apps import TERMINAL, apps_dir, find_app, read_json
 from appmaster.errors import ClusterUnreachable, StramError
+from container import apppath
 
 __all__ = ["MASTER_ATTEMPTS", "admin", "app_info", "LocalRun"]
 
@@ -84,7 +85,7 @@ class LocalRun:
         self.attempts = 1
 
     def _written_state(self) -> str | None:
-        return (read_json(os.path.join(apps_dir(), self.app_id, "status.json")) or {}).get("state")
+        return (read_json(os.path.join(apps_dir(), self.app_id, apppath.STATUS)) or {}).get("state")
 
     def poll(self) -> str | None:
         if self.master.poll() is None:

@@ -24,6 +24,7 @@ import psutil
 
 import proto
 from appmaster.attributes import default as attribute_default
+from container import apppath
 from container import fs
 from container.bufferserver.client import Subscriber
 from container.bufferserver.protocol import MessageType
@@ -58,7 +59,7 @@ class Umbilical:
 
     def connect(self, wait: float = 120.0) -> None:
         """Read ``APP_PATH/heartbeatUri`` (retrying with backoff) and open a channel."""
-        uri = fs.join(self.app_path, "heartbeatUri")
+        uri = apppath.file(self.app_path, apppath.HEARTBEAT_URI)
         deadline = time.monotonic() + wait
         delay = 0.05
         while True:
@@ -346,7 +347,7 @@ class Agent:
         checkpoint = info.checkpoint.window_id
         start = ((ctx.start_window_millis // 1000) << 32) - 1
         if checkpoint > start:
-            data = fs.read_bytes(fs.join(self.app_path, "checkpoints", str(info.id), str(checkpoint)))
+            data = fs.read_bytes(apppath.checkpoint(self.app_path, info.id, checkpoint))
             operator.set_state(pickle.loads(data))
         else:
             checkpoint = start if checkpoint < start else checkpoint
@@ -359,7 +360,7 @@ class Agent:
             log=lambda msg, _id=info.id: self.log(f"operator {_id}: {msg}"),
             upstream_windows=lambda: dict(self.upstream_windows))
         node = Node(info.id, info.name, operator, context, _KIND[info.type], checkpoint, count,
-                    fs.join(self.app_path, "checkpoints"),
+                    apppath.checkpoints(self.app_path),
                     exactly_once=attrs.get("PROCESSING_MODE") == "EXACTLY_ONCE")
         node.inline = info.type == proto.OperatorDeployInfo.OIO
         node.on_state_change = self._on_state_change

@@ -20,6 +20,7 @@ from appmaster.apps import TERMINAL, apps_dir, find_app, local_apps, yarn_config
 from appmaster.client import LocalRun, admin, app_info
 from appmaster.errors import StramError, UserError
 from appmaster.follow import follow
+from container import apppath
 
 # ---------------------------------------------------------------- output
 
@@ -70,15 +71,15 @@ def launch(args: argparse.Namespace) -> int:
         return yarn.submit(spec, spec_path=args.spec, detach=args.detach, duration=args.duration)
     app_id = f"application_{int(time.time() * 1000)}_{secrets.randbelow(10000):04d}"
     app_path = os.path.join(apps_dir(), app_id)
-    os.makedirs(os.path.join(app_path, "logs"), exist_ok=True)
-    with open(os.path.join(app_path, "spec.yaml"), "w") as f:
+    os.makedirs(os.path.join(app_path, apppath.LOGS), exist_ok=True)
+    with open(os.path.join(app_path, apppath.SPEC), "w") as f:
         f.write(spec.to_yaml())
     token = secrets.token_hex(16)
     env = dict(os.environ, STRAM_TOKEN=token, STRAM_HOST="127.0.0.1")
     here = os.getcwd()
     env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     def start_master() -> subprocess.Popen:
-        with open(os.path.join(app_path, "logs", "master.out"), "ab") as out:
+        with open(os.path.join(app_path, apppath.LOGS, "master.out"), "ab") as out:
             return subprocess.Popen(
                 [sys.executable, "-m", "appmaster", "--app-path", f"file://{app_path}", "--app-id", app_id],
                 env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -245,8 +245,8 @@ class YarnLauncher(Launcher):
             return
         self._ui_done = True
         try:
-            from container import fs
-            url = json.loads(fs.read_bytes(fs.join(app_path, "admin.json")))["url"]
+            from container import apppath, fs
+            url = json.loads(fs.read_bytes(apppath.file(app_path, apppath.ADMIN)))["url"]
         except Exception as exc:  # noqa: BLE001
             log.warning("no admin URL to put into the Skein web UI (%s)", exc)
             return

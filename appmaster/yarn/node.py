@@ -18,7 +18,6 @@ from typing import Mapping
 
 from appmaster.apps import TERMINAL
 from appmaster.errors import StramError, UserError
-from appmaster.yarn.appspec import SPEC_FILE
 
 __all__ = ["ALREADY_ENDED", "current_app_id", "find_libhdfs", "check_hdfs", "prepare_master", "main"]
 
@@ -151,12 +150,12 @@ def prepare_master(spec_file: str, app_path: str | None = None) -> str | None:
         The final state (SUCCEEDED, FAILED, KILLED) when an earlier attempt
         already ended the application, else None.
     """
-    from container import fs
+    from container import apppath, fs
     app_path = app_path or os.environ.get("STRAM_APP_PATH", "")
     if not app_path:
         raise UserError("STRAM_APP_PATH is not set; the master is started by `stram launch --yarn`")
     check_hdfs(app_path)
-    status_uri = fs.join(app_path, "status.json")
+    status_uri = apppath.file(app_path, apppath.STATUS)
     if fs.exists(status_uri):
         try:
             status = json.loads(fs.read_bytes(status_uri))
@@ -164,7 +163,7 @@ def prepare_master(spec_file: str, app_path: str | None = None) -> str | None:
             status = {}
         if status.get("state") in TERMINAL:
             return status["state"]
-    target = fs.join(app_path, SPEC_FILE)
+    target = apppath.file(app_path, apppath.SPEC)
     if not fs.exists(target):
         with open(spec_file, "rb") as f:
             fs.write_atomic(target, f.read())

@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any, ClassVar, Iterable
 
-from container import fs
+from container import apppath
 from container.operator import (FatalError, InputOperator, OperatorContext, OutputPort,
                                 ShutdownException)
 from container.receivers.blocks import Block, BlockGenerator
@@ -133,7 +133,7 @@ class _Runtime:
                     f"receiver {self.label}: RECEIVER_WAL is on but the operator has no APP_PATH to "
                     f"write the write-ahead log under; run it in a launched application (which has "
                     f"one) or set RECEIVER_WAL: false")
-            self.wal = WriteAheadLog(fs.join(context.app_path, "wal", str(context.id)))
+            self.wal = WriteAheadLog(apppath.wal(context.app_path, context.id))
             first_seq = self._recover(op._block_cursor, context.checkpoint_window)
         self.generator = BlockGenerator(int(attrs.get("BLOCK_INTERVAL_MILLIS") or 200),
                                         op.block_queue_capacity, first_seq)

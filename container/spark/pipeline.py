@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
-from container import fs
+from container import apppath
 from container.operator import (FatalError, InputOperator, InputPort, OperatorContext,
                                 ShutdownException)
 from container.spark.channel import Channel
@@ -171,7 +171,7 @@ class SparkPipeline(_QueryDriver, InputOperator):
         self._upstreams = self._wire(context)
         self._schemas = self._port_schemas()
         self._channel = Channel(os.path.join(context.work_dir or os.getcwd(), f"spark-{context.id}"))
-        root = fs.join(context.app_path, "spark", f"{context.name}{part}") if context.app_path \
+        root = apppath.spark_checkpoint(context.app_path, f"{context.name}{part}") if context.app_path \
             else os.path.join(context.work_dir or os.getcwd(), "spark-checkpoint", f"{context.name}{part}")
         self._ckpt = root[len("file://"):] if root.startswith("file://") else root
         self._commit_log = _CommitLog(self._ckpt)
