@@ -31,6 +31,7 @@ from typing import Any, Callable
 
 from container import fs
 from container.codec import get_codec
+from container.refs import load_reference
 from container.operator import (FatalError, InputOperator, Operator, OperatorContext,
                                 ShutdownException, input_ports, output_ports)
 from container.partition import default_key, partition_hash
@@ -66,12 +67,8 @@ def is_checkpoint_window(window_id: int, count: int) -> bool:
 
 
 def load_class(class_name: str) -> type:
-    import importlib
-    module, _, name = class_name.partition(":")
-    obj: Any = importlib.import_module(module)
-    for part in name.split("."):
-        obj = getattr(obj, part)
-    return obj
+    """The class ``"module:Class"`` names (see :func:`container.refs.load_reference`)."""
+    return load_reference(class_name, "Class")
 
 
 # ---------------------------------------------------------------- sinks

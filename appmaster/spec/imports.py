@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import importlib
-import re
 import sys
 from typing import Any
 
 from appmaster.attributes import _show
 from container.operator import Operator
+from container.refs import ReferenceLoadError, load_reference
 
 __all__ = ["load_operator_class"]
-
-_CLASS_REF_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
-                           r":[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 
 
 def load_operator_class(class_name: str) -> type[Operator]:
@@ -34,31 +30,25 @@ def load_operator_class(class_name: str) -> type[Operator]:
     return obj
 
 
+def _operators_hint(module: Any, name: str) -> str:
+    """The operators a module (or, for a package, its modules) defines, for a misspelt class name."""
+    module_name = module.__name__
+    found = [n for n, v in vars(module).items()
+             if isinstance(v, type) and issubclass(v, Operator)
+             and (v.__module__ == module_name or v.__module__.startswith(module_name + "."))]
+    return f" (operators there: {', '.join(found)})" if found else ""
+
+
 def _resolve(ref: str, what: str) -> Any:
     """Import ``"module:attr.path"``; ``what`` names the object in messages."""
-    if not isinstance(ref, str) or not _CLASS_REF_RE.match(ref):
+    if not isinstance(ref, str):
         raise ValueError(f"expected 'module:{what}', got {_show(ref)}")
-    module_name, _, attr_path = ref.partition(":")
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"cannot import module {module_name!r}: {exc}") from None
-    except Exception as exc:  # a module that fails while importing
-        raise ValueError(f"importing module {module_name!r} failed: "
-                         f"{type(exc).__name__}: {exc}") from None
-    obj: Any = module
-    for part in attr_path.split("."):
-        if not hasattr(obj, part):
-            hint = ""
-            if obj is module and what == "Class":
-                # defined there or, for a package, in one of its modules (not imported from elsewhere)
-                found = [n for n, v in vars(module).items()
-                         if isinstance(v, type) and issubclass(v, Operator)
-                         and (v.__module__ == module_name or v.__module__.startswith(module_name + "."))]
-                hint = f" (operators there: {', '.join(found)})" if found else ""
-            raise ValueError(f"module {module_name!r} has no {part!r}{hint}")
-        obj = getattr(obj, part)
-    return obj
+        return load_reference(ref, what, hint=_operators_hint if what == "Class" else None)
+    except ReferenceLoadError as exc:
+        if exc.module is None:
+            raise ValueError(f"expected 'module:{what}', got {_show(ref)}") from None
+        raise ValueError(str(exc)) from None
 
 
 def _class_ref(cls: type) -> str:

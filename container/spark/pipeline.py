@@ -12,7 +12,6 @@ what it had not.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import threading
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
 from container import apppath
+from container.refs import ReferenceLoadError, load_reference
 from container.operator import (FatalError, InputOperator, InputPort, OperatorContext,
                                 ShutdownException)
 from container.spark.channel import Channel
@@ -184,21 +184,18 @@ class SparkPipeline(_QueryDriver, InputOperator):
 
     def _load_pipeline(self) -> Callable[..., Any]:
         ref = self.pipeline
-        if not ref or ":" not in ref:
+        try:
+            obj = load_reference(ref, "function")
+        except ReferenceLoadError as exc:
+            if exc.missing is not None:
+                raise FatalError(f"SparkPipeline {self._label}: module {exc.module!r} has no "
+                                 f"{ref.partition(':')[2]!r} (pipeline {ref!r})") from None
+            if exc.module is not None:
+                cause = exc.cause
+                raise FatalError(f"SparkPipeline {self._label}: cannot import pipeline module {exc.module!r} of "
+                                 f"{ref!r}: {type(cause).__name__}: {cause}") from None
             raise FatalError(f"SparkPipeline {self._label}: property 'pipeline' must be 'module:function', "
-                             f"got {ref!r}")
-        module, _, name = ref.partition(":")
-        try:
-            obj: Any = importlib.import_module(module)
-        except Exception as exc:  # noqa: BLE001 - import errors of user code come in every kind
-            raise FatalError(f"SparkPipeline {self._label}: cannot import pipeline module {module!r} of "
-                             f"{ref!r}: {type(exc).__name__}: {exc}") from None
-        try:
-            for part in name.split("."):
-                obj = getattr(obj, part)
-        except AttributeError:
-            raise FatalError(f"SparkPipeline {self._label}: module {module!r} has no {name!r} "
-                             f"(pipeline {ref!r})") from None
+                             f"got {ref!r}") from None
         if not callable(obj):
             raise FatalError(f"SparkPipeline {self._label}: pipeline {ref!r} is not callable")
         return obj
