@@ -19,6 +19,7 @@ from typing import Any
 
 from appmaster import scaling
 from appmaster.launcher import ContainerRequest, Launcher
+from appmaster.plan import ContainerState
 from appmaster.server import UmbilicalServicer, create_server
 from appmaster.state import (DeleteCheckpoints, Finish, Instruction, KillContainer, LaunchContainer,
                              MasterState)
@@ -240,13 +241,13 @@ class AppMaster:
         adopt = getattr(self.launcher, "adopt", None)
         instructions: list[Instruction] = []
         for container in self.state.plan.containers.values():
-            if container.state not in ("PENDING", "RUNNING"):
+            if container.state not in (ContainerState.PENDING, ContainerState.RUNNING):
                 continue
             pid = container.process.split("@", 1)[0]
             if adopt is not None and pid.isdigit():
                 adopt(container.id, int(pid))
-            elif container.state == "PENDING":
-                instructions.append(self.state._launch(container))
+            elif container.state == ContainerState.PENDING:
+                instructions.append(self.state._launch(container, _now()))
         return instructions
 
     def run(self) -> str:
@@ -299,8 +300,8 @@ class AppMaster:
         self.launcher.stop_all(grace=2.0)
         with self.lock:
             for container in self.state.plan.containers.values():
-                if container.state in ("PENDING", "RUNNING"):
-                    container.state = "RELEASED"
+                if container.state in (ContainerState.PENDING, ContainerState.RUNNING):
+                    container.state = ContainerState.RELEASED
             self.execute(self.state._maybe_finish(force=True))
         self.finished.set()
 

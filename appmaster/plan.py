@@ -12,7 +12,7 @@ from typing import Any, Iterable
 
 from container.partition import partition_keys, partition_mask
 
-__all__ = ["OperatorState", "PTInput", "PTOperator", "PTContainer", "PhysicalPlan",
+__all__ = ["OperatorState", "ContainerState", "PTInput", "PTOperator", "PTContainer", "PhysicalPlan",
            "INLINE_LOCALITIES"]
 
 INLINE_LOCALITIES = ("THREAD_LOCAL", "CONTAINER_LOCAL")
@@ -22,14 +22,25 @@ INLINE_LOCALITIES = ("THREAD_LOCAL", "CONTAINER_LOCAL")
 PUBLISHER_TAG_MASK = 0xF
 
 
-class OperatorState(enum.Enum):
-    """Life of a physical operator on the master."""
+class OperatorState(enum.StrEnum):
+    """Life of a physical operator on the master (str-valued: JSON, the admin API and the
+    journal show the names)."""
 
     PENDING_DEPLOY = "PENDING_DEPLOY"   #: waiting for its container to ask
     DEPLOYING = "DEPLOYING"             #: sent in a deploy request, not yet reported
     ACTIVE = "ACTIVE"                   #: reported running
     SHUTDOWN = "SHUTDOWN"               #: ended (ShutdownException / END_STREAM); parked
     FAILED = "FAILED"                   #: reported failed; awaiting recovery
+
+
+class ContainerState(enum.StrEnum):
+    """Life of a container on the master (str-valued, like :class:`OperatorState`)."""
+
+    WAITING = "WAITING"     #: restart backoff: launched once the clock passes ``launch_at``
+    PENDING = "PENDING"     #: launch asked, the agent has not heartbeated yet
+    RUNNING = "RUNNING"     #: the agent heartbeats
+    LOST = "LOST"           #: exited, timed out or killed; its operators went elsewhere
+    RELEASED = "RELEASED"   #: no longer needed (emptied, or the application ended)
 
 
 @dataclass
@@ -102,8 +113,7 @@ class PTContainer:
 
     id: str
     operators: set[int] = field(default_factory=set)
-    #: WAITING (backoff), PENDING (launch asked), RUNNING (agent heartbeating), LOST, RELEASED
-    state: str = "PENDING"
+    state: ContainerState = ContainerState.PENDING
     host: str = ""
     buffer_server: tuple[str, int] | None = None
     last_heartbeat_millis: int = 0
@@ -112,8 +122,14 @@ class PTContainer:
     vcores: int = 1
     #: Operators placed here but not yet sent in a deploy request.
     pending_deploy: set[int] = field(default_factory=set)
-    #: WAITING containers: launch once the clock passes this (restart backoff).
+    #: WAITING containers: launch once the clock passes this (restart backoff); PENDING
+    #: containers: when the launch was asked.
     launch_at: int = 0
+    #: Memory the agent last reported using (MB).
+    memory_used_mb: int = 0
+    #: The agent's buffer-server publishers as last reported: name -> memory_bytes,
+    #: spilled_bytes, windows, first_window, last_window.
+    publishers: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 class PhysicalPlan:

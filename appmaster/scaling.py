@@ -49,8 +49,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from appmaster.plan import (INLINE_LOCALITIES, OperatorState, PhysicalPlan, PTContainer, PTInput,
-                            PTOperator, _port_codec, _unifier_class)
+from appmaster.plan import (INLINE_LOCALITIES, ContainerState, OperatorState, PhysicalPlan, PTContainer,
+                            PTInput, PTOperator, _port_codec, _unifier_class)
 from appmaster.state import DeleteCheckpoints, Instruction, affected_operators
 from container.partition import owner_of, partition_keys, partition_mask
 
@@ -382,7 +382,7 @@ def plan_scale(state: Any, name: str, count: int) -> ScaleChange:
     limit = state.attr("CONTAINERS_MAX_COUNT")
     if limit:
         live = [c for c in new.containers.values()
-                if c.operators and c.state in ("PENDING", "RUNNING", "WAITING")]
+                if c.operators and c.state in (ContainerState.PENDING, ContainerState.RUNNING, ContainerState.WAITING)]
         if len(live) + len(change.launch) > int(limit):
             raise ScaleRefused(f"{count} partitions of {name} need {len(live) + len(change.launch)} "
                                f"containers; CONTAINERS_MAX_COUNT is {limit}")
@@ -455,14 +455,13 @@ def apply_scale(state: Any, change: ScaleChange, now: int, source: str = "reques
                            f"try again", transient=True)
     old_plan: PhysicalPlan = state.plan
     state.plan = change.plan
-    state._now_hint = now
     instructions: list[Instruction] = []
     result = ScaleResult(change.name, change.old_count, change.count, changed=True, window=change.window)
     verb = f"{change.old_count} → {change.count} partitions"
     for rid in change.old_ids + change.old_unifiers:
         op = old_plan.operators[rid]
         container = state.plan.containers.get(op.container or "")
-        if container is not None and container.state in ("PENDING", "RUNNING"):
+        if container is not None and container.state in (ContainerState.PENDING, ContainerState.RUNNING):
             state._undeploy[container.id].add(rid)
         state.removed.append({"id": rid, "label": op.label, "window": change.window,
                               "committed": state.committed, "millis": now,
@@ -482,7 +481,7 @@ def apply_scale(state: Any, change: ScaleChange, now: int, source: str = "reques
         state._reset_for_redeploy(op, change.redeploy | fresh)
         result.redeployed.append({"id": op_id, "label": op.label, "container": op.container,
                                   "checkpoint": op.recovery_checkpoint})
-    instructions[:0] = [state._launch(state.plan.containers[cid]) for cid in change.launch]
+    instructions[:0] = [state._launch(state.plan.containers[cid], now) for cid in change.launch]
     ops = state.plan.operators
     for op_id in change.new_ids:
         op = ops[op_id]

@@ -17,12 +17,16 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import proto
-from appmaster.plan import OperatorState, PhysicalPlan, PTContainer, PTOperator
+from appmaster.plan import ContainerState, OperatorState, PhysicalPlan, PTContainer, PTOperator
 
 log = logging.getLogger("appmaster.state")
 
 _LOCALITY = {"THREAD_LOCAL": proto.THREAD_LOCAL, "CONTAINER_LOCAL": proto.CONTAINER_LOCAL}
 _OP_TYPE = proto.OperatorDeployInfo.OperatorType
+#: Containers with a process the master asked for and may still have to stop.
+_ALIVE = (ContainerState.PENDING, ContainerState.RUNNING)
+#: Containers that will never run operators again.
+_GONE = (ContainerState.LOST, ContainerState.RELEASED)
 
 
 # ---------------------------------------------------------------- instructions
@@ -197,6 +201,8 @@ class MasterState:
         self.heartbeats = 0
         #: Master attempt (a restarted master resumes from the journal with attempt + 1).
         self.attempt = 1
+        #: Finish was returned (it is returned once).
+        self._finish_sent = False
 
     # ------------------------------------------------------------ journal
     def journal_key(self) -> tuple:
@@ -256,26 +262,23 @@ class MasterState:
         log.info("%s: %s", kind, text)
 
     # ------------------------------------------------------------ startup
-    _now_hint = 0
-
     def start(self, now: int) -> list[Instruction]:
         """Ask for every planned container."""
-        self._now_hint = now
         self.event(now, "plan", f"{len(self.plan.operators)} operators in {len(self.plan.containers)} containers")
-        return [self._launch(c) for c in self.plan.containers.values()]
+        return [self._launch(c, now) for c in self.plan.containers.values()]
 
-    def _launch(self, container: PTContainer) -> LaunchContainer:
+    def _launch(self, container: PTContainer, now: int) -> LaunchContainer:
         hosts = tuple(sorted({str(self.plan.operators[o].attributes.get("LOCALITY_HOST"))
                               for o in container.operators
                               if self.plan.operators[o].attributes.get("LOCALITY_HOST")}))
-        container.state = "PENDING"
-        container.launch_at = self._now_hint
+        container.state = ContainerState.PENDING
+        container.launch_at = now
         return LaunchContainer(container.id, container.memory_mb or int(self.attr("CONTAINER_MEMORY_MB") or 1024),
                                container.vcores, hosts)
 
     def init_context(self, container_id: str) -> proto.StreamingContainerContext:
         container = self.plan.containers.get(container_id)
-        if container is None or container.state in ("LOST", "RELEASED"):
+        if container is None or container.state in _GONE:
             raise UnknownContainer(container_id)
         ctx = proto.StreamingContainerContext(
             container_id=container_id, start_window_millis=self.start_window_millis,
@@ -296,23 +299,23 @@ class MasterState:
         response = proto.ContainerHeartbeatResponse(
             heartbeat_interval_millis=int(self.attr("HEARTBEAT_INTERVAL_MILLIS")))
         container = self.plan.containers.get(hb.container_id)
-        if container is None or container.state in ("LOST", "RELEASED"):
+        if container is None or container.state in _GONE:
             response.shutdown = True
             return response, []
         instructions: list[Instruction] = []
-        if container.state != "RUNNING":
+        if container.state != ContainerState.RUNNING:
             self.event(now, "container", f"{container.id} running ({hb.jvm_name})")
-        container.state = "RUNNING"
+        container.state = ContainerState.RUNNING
         container.last_heartbeat_millis = now
         container.process = hb.jvm_name
         if hb.buffer_server_port:
             container.buffer_server = (hb.buffer_server_host, hb.buffer_server_port)
             container.host = hb.buffer_server_host
-        container.memory_used_mb = hb.memory_mb_used  # type: ignore[attr-defined]
+        container.memory_used_mb = hb.memory_mb_used
         container.publishers = {p.publisher: {"memory_bytes": p.memory_bytes, "spilled_bytes": p.spilled_bytes,
                                               "windows": p.windows, "first_window": p.first_window,
                                               "last_window": p.last_window}
-                                for p in hb.publishers}  # type: ignore[attr-defined]
+                                for p in hb.publishers}
         reported = set()
         for ohb in hb.container_stats.operators:
             reported.add(ohb.node_id)
@@ -380,7 +383,7 @@ class MasterState:
 
     def _fill_response(self, container: PTContainer, response: proto.ContainerHeartbeatResponse) -> None:
         response.committed_window_id = self.committed
-        if self.state != "RUNNING" or container.state == "RELEASED":
+        if self.state != "RUNNING" or container.state == ContainerState.RELEASED:
             response.shutdown = True
             return
         response.undeploy_request.extend(sorted(self._undeploy.pop(container.id, ())))
@@ -398,8 +401,8 @@ class MasterState:
                 response.deploy_request.append(self.deploy_info(op))
                 op.state = OperatorState.DEPLOYING
             container.pending_deploy.clear()
-        if not container.operators and container.state == "RUNNING" and self.plan.operators:
-            container.state = "RELEASED"
+        if not container.operators and container.state == ContainerState.RUNNING and self.plan.operators:
+            container.state = ContainerState.RELEASED
             response.shutdown = True
 
     def _deployable(self, container: PTContainer) -> bool:
@@ -410,7 +413,7 @@ class MasterState:
                 if src is None or src.container == container.id:
                     continue
                 upstream = self.plan.containers.get(src.container or "")
-                if upstream is None or upstream.state != "RUNNING" or not upstream.buffer_server \
+                if upstream is None or upstream.state != ContainerState.RUNNING or not upstream.buffer_server \
                         or src.id in upstream.pending_deploy:
                     return False
         return True
@@ -523,7 +526,7 @@ class MasterState:
         if container is not None:
             container.operators.discard(op.id)
             container.pending_deploy.discard(op.id)
-            if container.state in ("RUNNING", "PENDING"):
+            if container.state in _ALIVE:
                 self._undeploy[container.id].add(op.id)
         self.removed.append({"id": op.id, "label": op.label, "window": op.shutdown_window,
                              "committed": self.committed, "reason": reason, "millis": now})
@@ -535,10 +538,10 @@ class MasterState:
         container = self.plan.containers.get(container_id)
         if container is None:
             return []
-        if container.state == "RELEASED" or self.state != "RUNNING":
-            container.state = "RELEASED"
+        if container.state == ContainerState.RELEASED or self.state != "RUNNING":
+            container.state = ContainerState.RELEASED
             return self._maybe_finish()
-        if container.state == "LOST":
+        if container.state == ContainerState.LOST:
             return []
         return self._recover([container_id], now, f"container {container_id} exited with code {exit_code}")
 
@@ -548,17 +551,16 @@ class MasterState:
             return self._maybe_finish()
         instructions: list[Instruction] = []
         for container in self.plan.containers.values():
-            if container.state == "WAITING" and now >= container.launch_at:
-                instructions.append(self._launch(container))
+            if container.state == ContainerState.WAITING and now >= container.launch_at:
+                instructions.append(self._launch(container, now))
         timeout = int(self.attr("HEARTBEAT_TIMEOUT_MILLIS"))
-        self._now_hint = now
         for container in list(self.plan.containers.values()):
-            if container.state == "PENDING" and container.launch_at and \
+            if container.state == ContainerState.PENDING and container.launch_at and \
                     now - container.launch_at > max(2 * timeout, 60_000):
                 instructions += self._recover([container.id], now,
                                               f"{container.id} did not start within {max(2 * timeout, 60_000)} ms",
                                               kill=True)
-            if container.state == "RUNNING" and now - container.last_heartbeat_millis > timeout:
+            if container.state == ContainerState.RUNNING and now - container.last_heartbeat_millis > timeout:
                 instructions += self._recover([container.id], now,
                                               f"no heartbeat from {container.id} for {timeout} ms", kill=True)
         window_ms = int(self.attr("STREAMING_WINDOW_SIZE_MILLIS"))
@@ -585,9 +587,9 @@ class MasterState:
         lost_ops: set[int] = set()
         for cid in container_ids:
             container = self.plan.containers.get(cid or "")
-            if container is None or container.state in ("LOST", "RELEASED"):
+            if container is None or container.state in _GONE:
                 continue
-            container.state = "LOST"
+            container.state = ContainerState.LOST
             if kill:
                 instructions.append(KillContainer(container.id, reason))
             lost_ops |= container.operators
@@ -609,7 +611,7 @@ class MasterState:
         for op_id in sorted(affected):
             op = self.plan.operators[op_id]
             old = self.plan.containers[op.container]
-            if old.state == "LOST":
+            if old.state == ContainerState.LOST:
                 new_id = replacements.get(old.id)
                 if new_id is None:
                     new_id = self.plan.new_container_id()
@@ -628,10 +630,10 @@ class MasterState:
             restarts = max((self.plan.operators[o].restarts for o in new.operators), default=1)
             delay = restart_backoff_millis(restarts)
             if delay:
-                new.state, new.launch_at = "WAITING", now + delay
+                new.state, new.launch_at = ContainerState.WAITING, now + delay
                 self.event(now, "recover", f"{old_id} replaced by {new_id} in {delay} ms (restart {restarts})")
             else:
-                instructions.append(self._launch(new))
+                instructions.append(self._launch(new, now))
                 self.event(now, "recover", f"{old_id} replaced by {new_id}")
         self.event(now, "recover", "redeploying " + ", ".join(
             f"{self.plan.operators[o].label}@{_w(self.plan.operators[o].recovery_checkpoint)}" for o in sorted(affected)))
@@ -683,7 +685,7 @@ class MasterState:
     def kill(self, now: int) -> list[Instruction]:
         self._finish("KILLED", "killed by request", now)
         return [KillContainer(c.id, "application killed") for c in self.plan.containers.values()
-                if c.state in ("PENDING", "RUNNING")] + self._maybe_finish(force=True)
+                if c.state in _ALIVE] + self._maybe_finish(force=True)
 
     def _finish(self, state: str, diagnostics: str, now: int) -> None:
         if self.state != "RUNNING":
@@ -695,9 +697,9 @@ class MasterState:
 
     def _maybe_finish(self, force: bool = False) -> list[Instruction]:
         """Once the application ended and no container is left running: Finish."""
-        if self.state == "RUNNING" or getattr(self, "_finish_sent", False):
+        if self.state == "RUNNING" or self._finish_sent:
             return []
-        alive = [c for c in self.plan.containers.values() if c.state in ("PENDING", "RUNNING")]
+        alive = [c for c in self.plan.containers.values() if c.state in _ALIVE]
         if alive and not force:
             return []
         self._finish_sent = True
@@ -705,7 +707,7 @@ class MasterState:
 
     def containers_to_stop(self) -> list[str]:
         """After the application ended: containers still running."""
-        return [c.id for c in self.plan.containers.values() if c.state in ("PENDING", "RUNNING")]
+        return [c.id for c in self.plan.containers.values() if c.state in _ALIVE]
 
     # ------------------------------------------------------------ reporting
     def throughput(self, op_id: int) -> float:
@@ -759,7 +761,7 @@ class MasterState:
             "app_path": self.app_path, "started_millis": self.started_millis,
             "finished_millis": self.finished_millis,
             "committed_window": self.committed, "committed_window_hex": _w(self.committed),
-            "containers": len([c for c in self.plan.containers.values() if c.state in ("PENDING", "RUNNING")]),
+            "containers": len([c for c in self.plan.containers.values() if c.state in _ALIVE]),
             "operators": len(ops),
             "throughput": {op.label: round(self.throughput(op.id), 1) for op in ops.values()},
             "recovery_checkpoints": {op.label: op.recovery_checkpoint for op in ops.values()},
@@ -792,8 +794,8 @@ class MasterState:
         return [{"id": c.id, "state": c.state, "host": c.host, "process": c.process,
                  "buffer_server": f"{c.buffer_server[0]}:{c.buffer_server[1]}" if c.buffer_server else "",
                  "operators": sorted(self.plan.operators[o].label for o in c.operators if o in self.plan.operators),
-                 "memory_mb_used": getattr(c, "memory_used_mb", 0),
-                 "buffer_server_publishers": getattr(c, "publishers", {}),
+                 "memory_mb_used": c.memory_used_mb,
+                 "buffer_server_publishers": c.publishers,
                  "last_heartbeat_millis": c.last_heartbeat_millis}
                 for c in self.plan.containers.values()]
 
