@@ -13,7 +13,7 @@ from typing import Any, Iterable
 from container.partition import partition_keys, partition_mask
 
 __all__ = ["OperatorState", "ContainerState", "PTInput", "PTOperator", "PTContainer", "PhysicalPlan",
-           "INLINE_LOCALITIES"]
+           "INLINE_LOCALITIES", "affected_operators"]
 
 INLINE_LOCALITIES = ("THREAD_LOCAL", "CONTAINER_LOCAL")
 
@@ -329,6 +329,21 @@ class PhysicalPlan:
                             "memory_mb": c.memory_mb, "vcores": c.vcores}
                            for c in self.containers.values()],
         }
+
+
+def affected_operators(plan: PhysicalPlan, failed: Iterable[int]) -> set[int]:
+    """Operators to redeploy when ``failed`` are lost: them, everything downstream,
+    and the operators sharing an in-container stream with any of those."""
+    affected: set[int] = set()
+    frontier = list(failed)
+    while frontier:
+        op_id = frontier.pop()
+        if op_id in affected or op_id not in plan.operators:
+            continue
+        affected.add(op_id)
+        frontier.extend(plan.downstream(op_id))
+        frontier.extend(plan.inline_group(op_id))
+    return affected
 
 
 def _op_dict(op: PTOperator) -> dict[str, Any]:

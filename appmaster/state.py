@@ -1,11 +1,14 @@
 """The master's decisions: heartbeats, deploys, the committed window, recovery, removal.
 
-:class:`MasterState` is pure bookkeeping in the style of a state machine: it
-takes events (a heartbeat, a container exit, a clock tick) and returns the
-heartbeat response plus :class:`Instruction` objects (launch, kill, delete
-checkpoints, finish) that the thin I/O layer in :mod:`appmaster.master`
-carries out. It opens no sockets and touches no files, so tests drive it
-directly with drawn timelines.
+:class:`MasterState` is pure bookkeeping in the style of a state machine
+(dask's ``WorkerState.handle_stimulus``): every change is an event, a small
+frozen dataclass (:class:`Heartbeat`, :class:`ContainerExited`, :class:`Tick`,
+:class:`ScaleRequest` ...), and :meth:`MasterState.handle` returns what the
+event implies as :class:`Instruction` objects (launch, kill, delete
+checkpoints, finish, reply to the sender) that the thin I/O layer in
+:mod:`appmaster.master` carries out. It opens no sockets and touches no files,
+so tests drive it directly with drawn timelines. An event it has no handler
+for raises :class:`UnknownEvent`; it is never ignored.
 """
 
 from __future__ import annotations
@@ -13,11 +16,27 @@ from __future__ import annotations
 import collections
 import json
 import logging
-from dataclasses import dataclass, field
-from typing import Any, Iterable
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import proto
-from appmaster.plan import ContainerState, OperatorState, PhysicalPlan, PTContainer, PTOperator
+from appmaster import scaling
+from appmaster.plan import (ContainerState, OperatorState, PhysicalPlan, PTContainer, PTOperator,
+                            affected_operators)
+from appmaster.scaling import ScaleRefused, ScaleResult
+
+__all__ = [
+    # instructions
+    "Instruction", "LaunchContainer", "AdoptContainer", "KillContainer", "DeleteCheckpoints",
+    "SplitCheckpoints", "Finish", "Reply", "UnknownInstruction",
+    # events
+    "MasterEvent", "Start", "AdoptContainers", "InitContextRequest", "Heartbeat", "ErrorReport",
+    "ContainerExited", "Tick", "KillContainerRequest", "KillApp", "ShutdownRequest",
+    "ContainersStopped", "ScaleRequest", "ScaleStatesWritten", "Note", "UnknownEvent",
+    # the state
+    "MasterState", "UnknownContainer", "recovery_checkpoints", "restart_backoff_millis",
+    "affected_operators",
+]
 
 log = logging.getLogger("appmaster.state")
 
@@ -38,10 +57,20 @@ class Instruction:
 
 @dataclass(frozen=True)
 class LaunchContainer(Instruction):
+    """Ask the launcher for a container process."""
+
     container_id: str
     memory_mb: int
     vcores: int
     hosts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class AdoptContainer(Instruction):
+    """Take over a container process the previous master attempt started."""
+
+    container_id: str
+    pid: int
 
 
 @dataclass(frozen=True)
@@ -57,9 +86,171 @@ class DeleteCheckpoints(Instruction):
 
 
 @dataclass(frozen=True)
+class SplitCheckpoints(Instruction):
+    """Read the checkpoints ``change.reads`` names, split them with
+    :func:`appmaster.scaling.split_states` and write the new partitions' checkpoints;
+    then the state goes on with ``then``.
+
+    The state waits for these files (a new plan must not be installed, or journaled,
+    before its checkpoints exist): the dispatcher carries this out at once, under its
+    lock, and hands ``then`` back to :meth:`MasterState.handle`. A failure refuses
+    the change (:class:`appmaster.scaling.ScaleRefused`); nothing has changed then.
+    """
+
+    change: Any  #: an :class:`appmaster.scaling.ScaleChange`
+    then: "MasterEvent"
+
+
+@dataclass(frozen=True)
 class Finish(Instruction):
     state: str  #: SUCCEEDED, FAILED or KILLED
     diagnostics: str = ""
+
+
+@dataclass(frozen=True)
+class Reply(Instruction):
+    """The answer to the event's sender: a heartbeat response, an init context, a scale result.
+
+    Carried out after the journal is written, like every other instruction.
+    """
+
+    value: Any
+
+
+class UnknownInstruction(TypeError):
+    """An instruction the I/O layer has no action for (it is never silently dropped)."""
+
+
+# ---------------------------------------------------------------- events
+
+@dataclass(frozen=True)
+class MasterEvent:
+    """Something that happened to the application; :meth:`MasterState.handle` decides what follows.
+
+    ``now`` fields are wall-clock milliseconds, passed in so tests choose the clock.
+    """
+
+
+@dataclass(frozen=True)
+class Start(MasterEvent):
+    """The first master attempt starts: ask for every planned container."""
+
+    now: int
+
+
+@dataclass(frozen=True)
+class AdoptContainers(MasterEvent):
+    """A later master attempt starts: take over the containers the previous attempt started."""
+
+    now: int
+    #: The launcher can take over a running process by its pid (else only pending ones are relaunched).
+    launcher_adopts: bool
+
+
+@dataclass(frozen=True)
+class InitContextRequest(MasterEvent):
+    """A container agent asks for its init context (replied; raises :class:`UnknownContainer`)."""
+
+    container_id: str
+
+
+@dataclass(frozen=True)
+class Heartbeat(MasterEvent):
+    """A container heartbeat (replied with the heartbeat response)."""
+
+    heartbeat: proto.ContainerHeartbeat
+    now: int
+    #: Where the call came from, for log lines.
+    peer: str = ""
+
+
+@dataclass(frozen=True)
+class ErrorReport(MasterEvent):
+    """A container reports an operator error (recovery follows the FAILED state it heartbeats)."""
+
+    container_id: str
+    operators: tuple[int, ...]
+    msg: str
+    now: int
+
+
+@dataclass(frozen=True)
+class ContainerExited(MasterEvent):
+    """The launcher saw a container process end."""
+
+    container_id: str
+    exit_code: int | None
+    now: int
+
+
+@dataclass(frozen=True)
+class Tick(MasterEvent):
+    """The clock: restart backoffs, heartbeat and start timeouts, blocked operators."""
+
+    now: int
+
+
+@dataclass(frozen=True)
+class KillContainerRequest(MasterEvent):
+    """Administrative kill of one container (raises :class:`UnknownContainer`)."""
+
+    container_id: str
+    now: int
+
+
+@dataclass(frozen=True)
+class KillApp(MasterEvent):
+    """Kill the application: every container stopped, state KILLED."""
+
+    now: int
+
+
+@dataclass(frozen=True)
+class ShutdownRequest(MasterEvent):
+    """Graceful end: the input operators end their streams."""
+
+    now: int
+
+
+@dataclass(frozen=True)
+class ContainersStopped(MasterEvent):
+    """After the end, the launcher stopped every container still running."""
+
+    now: int
+
+
+@dataclass(frozen=True)
+class ScaleRequest(MasterEvent):
+    """Give logical operator ``name`` ``count`` partitions (raises
+    :class:`appmaster.scaling.ScaleRefused`; replied with a :class:`ScaleResult`)."""
+
+    name: str
+    count: int
+    now: int
+    #: Who asked: "request" (the admin API) or "stats listener".
+    source: str = "request"
+
+
+@dataclass(frozen=True)
+class ScaleStatesWritten(MasterEvent):
+    """The checkpoints a :class:`SplitCheckpoints` asked for are written: install the change."""
+
+    change: Any  #: an :class:`appmaster.scaling.ScaleChange`
+    now: int
+    source: str = "request"
+
+
+@dataclass(frozen=True)
+class Note(MasterEvent):
+    """Something for the event log (what the master refused, a stats listener's complaint)."""
+
+    now: int
+    kind: str
+    text: str
+
+
+class UnknownEvent(TypeError):
+    """An event :meth:`MasterState.handle` has no handler for (it is never silently dropped)."""
 
 
 # ---------------------------------------------------------------- pure rules
@@ -125,25 +316,12 @@ def restart_backoff_millis(restarts: int) -> int:
     return min(250 * 2 ** (restarts - 2), 30_000)
 
 
-def affected_operators(plan: PhysicalPlan, failed: Iterable[int]) -> set[int]:
-    """Operators to redeploy when ``failed`` are lost: them, everything downstream,
-    and the operators sharing an in-container stream with any of those."""
-    affected: set[int] = set()
-    frontier = list(failed)
-    while frontier:
-        op_id = frontier.pop()
-        if op_id in affected or op_id not in plan.operators:
-            continue
-        affected.add(op_id)
-        frontier.extend(plan.downstream(op_id))
-        frontier.extend(plan.inline_group(op_id))
-    return affected
-
-
 # ---------------------------------------------------------------- state
 
 @dataclass
-class Event:
+class LogEntry:
+    """One line of the application's event log (``info()["events"]``)."""
+
     millis: int
     kind: str
     text: str
@@ -186,7 +364,7 @@ class MasterState:
         self.diagnostics = ""
         self.started_millis = now
         self.finished_millis = 0
-        self.events: collections.deque[Event] = collections.deque(maxlen=500)
+        self.events: collections.deque[LogEntry] = collections.deque(maxlen=500)
         self.errors: collections.deque[dict[str, Any]] = collections.deque(maxlen=100)
         self.removed: list[dict[str, Any]] = []
         #: per container: operator ids to undeploy, publishers to reset, in the next response
@@ -253,19 +431,78 @@ class MasterState:
                                     f"window {_w(state.committed)}, {len(state.plan.operators)} operators")
         return state
 
+    # ------------------------------------------------------------ the one door
+    def handle(self, event: MasterEvent) -> list[Instruction]:
+        """The one way to change the master's state: what ``event`` implies, as instructions.
+
+        Dispatches by the event's type to ``_handle_<kind>``. The heartbeat, init-context
+        and scale events are answered with a :class:`Reply` among the instructions.
+
+        Raises
+        ------
+        UnknownEvent
+            No handler for this type of event (it is never ignored).
+        UnknownContainer, appmaster.scaling.ScaleRefused
+            From the handlers of the events that may be refused; nothing changed then.
+        """
+        handler = _HANDLERS.get(type(event))
+        if handler is None:
+            raise UnknownEvent(f"MasterState has no handler for {type(event).__name__}: {event!r}")
+        return handler(self, event)
+
+    # Thin wrappers for tests and tools that drive the state directly (the master
+    # goes through handle(), under its lock, with the journal written before acting).
+    def start(self, now: int) -> list[Instruction]:
+        """``handle(Start(now))``."""
+        return self.handle(Start(now))
+
+    def heartbeat(self, hb: proto.ContainerHeartbeat, now: int
+                  ) -> tuple[proto.ContainerHeartbeatResponse, list[Instruction]]:
+        """``handle(Heartbeat(hb, now))``, split into the response and the other instructions."""
+        instructions = self.handle(Heartbeat(hb, now))
+        (response,) = [i.value for i in instructions if isinstance(i, Reply)]
+        return response, [i for i in instructions if not isinstance(i, Reply)]
+
+    def container_exited(self, container_id: str, exit_code: int | None, now: int) -> list[Instruction]:
+        """``handle(ContainerExited(container_id, exit_code, now))``."""
+        return self.handle(ContainerExited(container_id, exit_code, now))
+
+    def tick(self, now: int) -> list[Instruction]:
+        """``handle(Tick(now))``."""
+        return self.handle(Tick(now))
+
+    def kill(self, now: int) -> list[Instruction]:
+        """``handle(KillApp(now))``."""
+        return self.handle(KillApp(now))
+
     # ------------------------------------------------------------ helpers
     def attr(self, name: str) -> Any:
         return self.attributes.get(name)
 
     def event(self, now: int, kind: str, text: str) -> None:
-        self.events.append(Event(now, kind, text))
+        self.events.append(LogEntry(now, kind, text))
         log.info("%s: %s", kind, text)
 
     # ------------------------------------------------------------ startup
-    def start(self, now: int) -> list[Instruction]:
+    def _handle_start(self, ev: Start) -> list[Instruction]:
         """Ask for every planned container."""
-        self.event(now, "plan", f"{len(self.plan.operators)} operators in {len(self.plan.containers)} containers")
-        return [self._launch(c, now) for c in self.plan.containers.values()]
+        self.event(ev.now, "plan", f"{len(self.plan.operators)} operators in "
+                                   f"{len(self.plan.containers)} containers")
+        return [self._launch(c, ev.now) for c in self.plan.containers.values()]
+
+    def _handle_adopt_containers(self, ev: AdoptContainers) -> list[Instruction]:
+        """A new attempt: take over the containers the previous master started (by the pid
+        in their process name), relaunch the pending ones the launcher cannot take over."""
+        instructions: list[Instruction] = []
+        for container in self.plan.containers.values():
+            if container.state not in _ALIVE:
+                continue
+            pid = container.process.split("@", 1)[0]
+            if ev.launcher_adopts and pid.isdigit():
+                instructions.append(AdoptContainer(container.id, int(pid)))
+            elif container.state == ContainerState.PENDING:
+                instructions.append(self._launch(container, ev.now))
+        return instructions
 
     def _launch(self, container: PTContainer, now: int) -> LaunchContainer:
         hosts = tuple(sorted({str(self.plan.operators[o].attributes.get("LOCALITY_HOST"))
@@ -276,7 +513,17 @@ class MasterState:
         return LaunchContainer(container.id, container.memory_mb or int(self.attr("CONTAINER_MEMORY_MB") or 1024),
                                container.vcores, hosts)
 
+    def _handle_init_context_request(self, ev: InitContextRequest) -> list[Instruction]:
+        return [Reply(self.init_context(ev.container_id))]
+
     def init_context(self, container_id: str) -> proto.StreamingContainerContext:
+        """A container's init context (a query: changes nothing).
+
+        Raises
+        ------
+        UnknownContainer
+            The plan does not know the container, or it was lost or released.
+        """
         container = self.plan.containers.get(container_id)
         if container is None or container.state in _GONE:
             raise UnknownContainer(container_id)
@@ -292,16 +539,19 @@ class MasterState:
         return ctx
 
     # ------------------------------------------------------------ heartbeat
-    def heartbeat(self, hb: proto.ContainerHeartbeat, now: int
-                  ) -> tuple[proto.ContainerHeartbeatResponse, list[Instruction]]:
-        """Process one container heartbeat; the response and the instructions it implies."""
+    def _handle_heartbeat(self, ev: Heartbeat) -> list[Instruction]:
+        """Process one container heartbeat; the response (a :class:`Reply`) and what it implies."""
+        hb, now = ev.heartbeat, ev.now
         self.heartbeats += 1
         response = proto.ContainerHeartbeatResponse(
             heartbeat_interval_millis=int(self.attr("HEARTBEAT_INTERVAL_MILLIS")))
         container = self.plan.containers.get(hb.container_id)
         if container is None or container.state in _GONE:
+            if container is None:
+                log.warning("heartbeat from unknown container %r (%s): told to shut down",
+                            hb.container_id, ev.peer)
             response.shutdown = True
-            return response, []
+            return [Reply(response)]
         instructions: list[Instruction] = []
         if container.state != ContainerState.RUNNING:
             self.event(now, "container", f"{container.id} running ({hb.jvm_name})")
@@ -332,7 +582,7 @@ class MasterState:
             self._finish("SUCCEEDED", "all operators finished", now)
         self._fill_response(container, response)
         instructions += self._maybe_finish()
-        return response, instructions
+        return [Reply(response), *instructions]
 
     def _process_operator(self, container: PTContainer, ohb: proto.OperatorHeartbeat,
                           response: proto.ContainerHeartbeatResponse, now: int) -> list[Instruction]:
@@ -533,8 +783,9 @@ class MasterState:
         self.event(now, "remove", f"removed operator {op.label} ({op.id}): {reason}; committed window {_w(self.committed)}")
 
     # ------------------------------------------------------------ failures
-    def container_exited(self, container_id: str, exit_code: int | None, now: int) -> list[Instruction]:
+    def _handle_container_exited(self, ev: ContainerExited) -> list[Instruction]:
         """The launcher saw a container process end."""
+        container_id, exit_code, now = ev.container_id, ev.exit_code, ev.now
         container = self.plan.containers.get(container_id)
         if container is None:
             return []
@@ -545,8 +796,9 @@ class MasterState:
             return []
         return self._recover([container_id], now, f"container {container_id} exited with code {exit_code}")
 
-    def tick(self, now: int) -> list[Instruction]:
+    def _handle_tick(self, ev: Tick) -> list[Instruction]:
         """Clock events: heartbeat timeouts and blocked operators."""
+        now = ev.now
         if self.state != "RUNNING":
             return self._maybe_finish()
         instructions: list[Instruction] = []
@@ -574,11 +826,11 @@ class MasterState:
                 instructions += self._recover([op.container], now, f"operator {op.label} blocked", kill=True)
         return instructions
 
-    def kill_container(self, container_id: str, now: int) -> list[Instruction]:
+    def _handle_kill_container_request(self, ev: KillContainerRequest) -> list[Instruction]:
         """Administrative kill: the container is lost and recovered."""
-        if container_id not in self.plan.containers:
-            raise UnknownContainer(container_id)
-        return [KillContainer(container_id, "killed by request")]
+        if ev.container_id not in self.plan.containers:
+            raise UnknownContainer(ev.container_id)
+        return [KillContainer(ev.container_id, "killed by request")]
 
     def _recover(self, container_ids: list[str | None], now: int, reason: str,
                  kill: bool = False) -> list[Instruction]:
@@ -663,7 +915,8 @@ class MasterState:
                     ids.remove(op.id)
             op.shutdown_window = None
 
-    def report_error(self, container_id: str, operators: list[int], msg: str, now: int) -> list[Instruction]:
+    def _handle_error_report(self, ev: ErrorReport) -> list[Instruction]:
+        container_id, operators, msg, now = ev.container_id, ev.operators, ev.msg, ev.now
         self.errors.append({"millis": now, "container": container_id, "operators": list(operators), "msg": msg})
         self.event(now, "error", f"{container_id} {list(operators)}: {_last_line(msg)}")
         for op_id in operators:
@@ -672,20 +925,78 @@ class MasterState:
                 op.last_error = msg
         return []  # recovery follows the FAILED state in the next heartbeat
 
+    # ------------------------------------------------------------ repartitioning
+    def _handle_scale_request(self, ev: ScaleRequest) -> list[Instruction]:
+        """Check the request (:func:`appmaster.scaling.plan_scale`, pure: it reads this state and
+        builds the new plan on a copy); the new partitions' checkpoints are written next."""
+        change = scaling.plan_scale(self, ev.name, ev.count)
+        if change.plan is None:
+            return [Reply(ScaleResult(change.name, change.old_count, change.count, changed=False))]
+        return [SplitCheckpoints(change, then=ScaleStatesWritten(change, ev.now, ev.source))]
+
+    def _handle_scale_states_written(self, ev: ScaleStatesWritten) -> list[Instruction]:
+        """Install a change whose checkpoints are written; reply with what was done.
+
+        Old operators get undeploy requests (their emptied containers are released in
+        their next heartbeat), the affected operators are redeployed in place, and the
+        instructions launch the new containers and delete the old partitions' checkpoints.
+        """
+        change, now = ev.change, ev.now
+        if self.journal_key() != change.base_key:
+            raise ScaleRefused(f"the application changed while repartitioning {change.name} was prepared; "
+                               f"try again", transient=True)
+        old_plan, self.plan = self.plan, change.plan
+        deletions: list[Instruction] = []
+        for rid in change.old_ids + change.old_unifiers:
+            op = old_plan.operators[rid]
+            container = self.plan.containers.get(op.container or "")
+            if container is not None and container.state in _ALIVE:
+                self._undeploy[container.id].add(rid)
+            self.removed.append({"id": rid, "label": op.label, "window": change.window,
+                                 "committed": self.committed, "millis": now,
+                                 "reason": f"repartitioned {change.name} ({change.verb})"})
+            self.window_history.pop(rid, None)
+            self.blocked.discard(rid)
+            if op.checkpoints:
+                deletions.append(DeleteCheckpoints(rid, tuple(op.checkpoints)))
+        fresh = set(change.new_ids) | set(change.new_unifiers)
+        for op_id in sorted(change.redeploy):
+            op = self.plan.operators[op_id]
+            self._redeploy_in_place(op)
+            self._reset_for_redeploy(op, change.redeploy | fresh)
+        launches = [self._launch(self.plan.containers[cid], now) for cid in change.launch]
+        result = scaling.scale_result(change, old_plan, self.plan)
+        for text in scaling.scale_messages(change, result, ev.source):
+            self.event(now, "scale", text)
+        return [*launches, *deletions, Reply(result)]
+
     # ------------------------------------------------------------ ending
-    def request_shutdown(self, now: int) -> None:
+    def _handle_shutdown_request(self, ev: ShutdownRequest) -> list[Instruction]:
         """Graceful end: ask every input operator to end its stream."""
+        now = ev.now
         self.shutdown_requested = True
         for op in self.plan.operators.values():
             if op.kind == "INPUT" and not op.inputs and op.container:  # sources, not readers of streams
                 self._node_requests[op.container].append(proto.StramToNodeRequest(
                     operator_id=op.id, request_type=proto.StramToNodeRequest.SHUTDOWN_OPERATOR))
         self.event(now, "shutdown", "shutdown requested: ending the input operators' streams")
+        return []
 
-    def kill(self, now: int) -> list[Instruction]:
-        self._finish("KILLED", "killed by request", now)
+    def _handle_kill_app(self, ev: KillApp) -> list[Instruction]:
+        self._finish("KILLED", "killed by request", ev.now)
         return [KillContainer(c.id, "application killed") for c in self.plan.containers.values()
                 if c.state in _ALIVE] + self._maybe_finish(force=True)
+
+    def _handle_containers_stopped(self, ev: ContainersStopped) -> list[Instruction]:
+        """After the end: the launcher stopped what was left; Finish (once)."""
+        for container in self.plan.containers.values():
+            if container.state in _ALIVE:
+                container.state = ContainerState.RELEASED
+        return self._maybe_finish(force=True)
+
+    def _handle_note(self, ev: Note) -> list[Instruction]:
+        self.event(ev.now, ev.kind, ev.text)
+        return []
 
     def _finish(self, state: str, diagnostics: str, now: int) -> None:
         if self.state != "RUNNING":
@@ -799,6 +1110,24 @@ class MasterState:
                  "last_heartbeat_millis": c.last_heartbeat_millis}
                 for c in self.plan.containers.values()]
 
+
+#: Event type -> its handler: what :meth:`MasterState.handle` knows.
+_HANDLERS: dict[type[MasterEvent], Callable[[MasterState, Any], list[Instruction]]] = {
+    Start: MasterState._handle_start,
+    AdoptContainers: MasterState._handle_adopt_containers,
+    InitContextRequest: MasterState._handle_init_context_request,
+    Heartbeat: MasterState._handle_heartbeat,
+    ErrorReport: MasterState._handle_error_report,
+    ContainerExited: MasterState._handle_container_exited,
+    Tick: MasterState._handle_tick,
+    KillContainerRequest: MasterState._handle_kill_container_request,
+    KillApp: MasterState._handle_kill_app,
+    ShutdownRequest: MasterState._handle_shutdown_request,
+    ContainersStopped: MasterState._handle_containers_stopped,
+    ScaleRequest: MasterState._handle_scale_request,
+    ScaleStatesWritten: MasterState._handle_scale_states_written,
+    Note: MasterState._handle_note,
+}
 
 _DAG_ATTRIBUTES = (
     "STREAMING_WINDOW_SIZE_MILLIS", "HEARTBEAT_INTERVAL_MILLIS", "HEARTBEAT_TIMEOUT_MILLIS",

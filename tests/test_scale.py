@@ -27,7 +27,8 @@ from statekit import container_heartbeat, label  # noqa: E402
 from appmaster import scaling
 from appmaster.plan import PUBLISHER_TAG_MASK, OperatorState, PTOperator
 from appmaster.spec import AppSpec
-from appmaster.state import DeleteCheckpoints, LaunchContainer, MasterState
+from appmaster.state import (DeleteCheckpoints, LaunchContainer, MasterState, Reply, ScaleRequest,
+                             SplitCheckpoints)
 from conftest import ROOT, read_counts, word_truth
 from container.partition import owner_of
 
@@ -136,13 +137,16 @@ class Run:
                                        for op in ops))
 
     def scale(self, name: str, count: int, states: dict | None = None):
-        """plan → split the states → apply, as AppMaster.scale does (minus the files)."""
-        change = scaling.plan_scale(self.state, name, count)
-        old = {key: (states or {}).get(key[0], {"totals": {}}) for key in change.reads}
-        written = scaling.split_states(change, old)
-        result, instructions = scaling.apply_scale(self.state, change, self.now)
+        """ScaleRequest → split the states → ScaleStatesWritten, as AppMaster.scale does (minus the files)."""
+        instructions = self.state.handle(ScaleRequest(name, count, self.now))
+        written = {}
+        for ins in [i for i in instructions if isinstance(i, SplitCheckpoints)]:
+            old = {key: (states or {}).get(key[0], {"totals": {}}) for key in ins.change.reads}
+            written = scaling.split_states(ins.change, old)
+            instructions = self.state.handle(ins.then)
+        (result,) = [i.value for i in instructions if isinstance(i, Reply)]
         self.state.validate_state()
-        return result.to_dict(), instructions, written
+        return result.to_dict(), [i for i in instructions if not isinstance(i, Reply)], written
 
 
 def covered_once(run: Run, name: str, source: str) -> dict[int, int]:
