@@ -412,7 +412,8 @@ def plan_scale(state: StateView, name: str, count: int) -> ScaleChange:
     limit = state.attr("CONTAINERS_MAX_COUNT")
     if limit:
         live = [c for c in new.containers.values()
-                if c.operators and c.state in (ContainerState.PENDING, ContainerState.RUNNING, ContainerState.WAITING)]
+                if c.operators and c.state in (ContainerState.PENDING, ContainerState.RUNNING,
+                                               ContainerState.WAITING)]
         if len(live) + len(change.launch) > int(limit):
             raise ScaleRefused(f"{count} partitions of {name} need {len(live) + len(change.launch)} "
                                f"containers; CONTAINERS_MAX_COUNT is {limit}")

@@ -427,7 +427,7 @@ class MasterState:
                 op.state = OperatorState.PENDING_DEPLOY
                 state.plan.containers[op.container].pending_deploy.add(op.id)
             op.window_advanced_millis = now if op.state == OperatorState.ACTIVE else 0
-        state.event(now, "restore", f"master attempt {state.attempt} resumed from the journal: committed "
+        state._note(now, "restore", f"master attempt {state.attempt} resumed from the journal: committed "
                                     f"window {_w(state.committed)}, {len(state.plan.operators)} operators")
         return state
 
@@ -479,14 +479,15 @@ class MasterState:
     def attr(self, name: str) -> Any:
         return self.attributes.get(name)
 
-    def event(self, now: int, kind: str, text: str) -> None:
+    def _note(self, now: int, kind: str, text: str) -> None:
+        """Add a line to the event log (from outside: the Note event)."""
         self.events.append(LogEntry(now, kind, text))
         log.info("%s: %s", kind, text)
 
     # ------------------------------------------------------------ startup
     def _handle_start(self, ev: Start) -> list[Instruction]:
         """Ask for every planned container."""
-        self.event(ev.now, "plan", f"{len(self.plan.operators)} operators in "
+        self._note(ev.now, "plan", f"{len(self.plan.operators)} operators in "
                                    f"{len(self.plan.containers)} containers")
         return [self._launch(c, ev.now) for c in self.plan.containers.values()]
 
@@ -554,7 +555,7 @@ class MasterState:
             return [Reply(response)]
         instructions: list[Instruction] = []
         if container.state != ContainerState.RUNNING:
-            self.event(now, "container", f"{container.id} running ({hb.jvm_name})")
+            self._note(now, "container", f"{container.id} running ({hb.jvm_name})")
         container.state = ContainerState.RUNNING
         container.last_heartbeat_millis = now
         container.process = hb.jvm_name
@@ -574,7 +575,8 @@ class MasterState:
         for op_id in sorted(container.operators):
             op = self.plan.operators.get(op_id)
             if op is not None and op.state == OperatorState.ACTIVE and op_id not in reported:
-                self.event(now, "remove", f"operator {op.label} ({op_id}) missing from {container.id}'s heartbeat")
+                self._note(now, "remove", f"operator {op.label} ({op_id}) missing from "
+                                          f"{container.id}'s heartbeat")
                 self._remove_operator(op, now, reason="missing from heartbeat")
         instructions += self._update_committed(now)
         self._process_shutdown_operators(now)
@@ -590,7 +592,8 @@ class MasterState:
         if op is None or op.container != container.id:
             # an operator the plan does not place here: undeploy it
             response.undeploy_request.append(ohb.node_id)
-            self.event(now, "undeploy", f"operator {ohb.node_id} reported by {container.id} is not planned there")
+            self._note(now, "undeploy", f"operator {ohb.node_id} reported by {container.id} "
+                                        f"is not planned there")
             return []
         if op.state == OperatorState.PENDING_DEPLOY:
             return []  # a report of the incarnation being replaced (its undeploy is on the way)
@@ -618,12 +621,12 @@ class MasterState:
             op.state = OperatorState.SHUTDOWN
             op.shutdown_window = ohb.current_window_id
             self.shutdown_operators.setdefault(op.shutdown_window, []).append(op.id)
-            self.event(now, "shutdown", f"operator {op.label} ({op.id}) shut down at window "
+            self._note(now, "shutdown", f"operator {op.label} ({op.id}) shut down at window "
                                         f"{_w(op.shutdown_window)}; parked in shutdownOperators")
         elif ohb.state == proto.OperatorHeartbeat.FAILED and op.state != OperatorState.FAILED:
             op.state = OperatorState.FAILED
             op.last_error = ohb.error or op.last_error
-            self.event(now, "failed", f"operator {op.label} ({op.id}) failed: {_last_line(op.last_error)}")
+            self._note(now, "failed", f"operator {op.label} ({op.id}) failed: {_last_line(op.last_error)}")
             if ohb.fatal:
                 self._finish("FAILED", f"operator {op.label} ({op.id}) failed fatally: "
                                        f"{_last_line(op.last_error)}", now)
@@ -780,7 +783,8 @@ class MasterState:
                 self._undeploy[container.id].add(op.id)
         self.removed.append({"id": op.id, "label": op.label, "window": op.shutdown_window,
                              "committed": self.committed, "reason": reason, "millis": now})
-        self.event(now, "remove", f"removed operator {op.label} ({op.id}): {reason}; committed window {_w(self.committed)}")
+        self._note(now, "remove", f"removed operator {op.label} ({op.id}): {reason}; "
+                                  f"committed window {_w(self.committed)}")
 
     # ------------------------------------------------------------ failures
     def _handle_container_exited(self, ev: ContainerExited) -> list[Instruction]:
@@ -821,7 +825,7 @@ class MasterState:
             if op.state == OperatorState.ACTIVE and op.window_advanced_millis \
                     and now - op.window_advanced_millis > limit and op.id not in self.blocked:
                 self.blocked.add(op.id)
-                self.event(now, "blocked", f"operator {op.label} ({op.id}) has not finished a window "
+                self._note(now, "blocked", f"operator {op.label} ({op.id}) has not finished a window "
                                            f"for {now - op.window_advanced_millis} ms; restarting its container")
                 instructions += self._recover([op.container], now, f"operator {op.label} blocked", kill=True)
         return instructions
@@ -845,7 +849,7 @@ class MasterState:
             if kill:
                 instructions.append(KillContainer(container.id, reason))
             lost_ops |= container.operators
-            self.event(now, "lost", f"{container.id}: {reason}")
+            self._note(now, "lost", f"{container.id}: {reason}")
         if not lost_ops or self.state != "RUNNING":
             return instructions + self._maybe_finish()
         limit = self.attr("RECOVERY_ATTEMPTS")
@@ -883,11 +887,11 @@ class MasterState:
             delay = restart_backoff_millis(restarts)
             if delay:
                 new.state, new.launch_at = ContainerState.WAITING, now + delay
-                self.event(now, "recover", f"{old_id} replaced by {new_id} in {delay} ms (restart {restarts})")
+                self._note(now, "recover", f"{old_id} replaced by {new_id} in {delay} ms (restart {restarts})")
             else:
                 instructions.append(self._launch(new, now))
-                self.event(now, "recover", f"{old_id} replaced by {new_id}")
-        self.event(now, "recover", "redeploying " + ", ".join(
+                self._note(now, "recover", f"{old_id} replaced by {new_id}")
+        self._note(now, "recover", "redeploying " + ", ".join(
             f"{self.plan.operators[o].label}@{_w(self.plan.operators[o].recovery_checkpoint)}" for o in sorted(affected)))
         return instructions
 
@@ -918,7 +922,7 @@ class MasterState:
     def _handle_error_report(self, ev: ErrorReport) -> list[Instruction]:
         container_id, operators, msg, now = ev.container_id, ev.operators, ev.msg, ev.now
         self.errors.append({"millis": now, "container": container_id, "operators": list(operators), "msg": msg})
-        self.event(now, "error", f"{container_id} {list(operators)}: {_last_line(msg)}")
+        self._note(now, "error", f"{container_id} {list(operators)}: {_last_line(msg)}")
         for op_id in operators:
             op = self.plan.operators.get(op_id)
             if op is not None:
@@ -967,7 +971,7 @@ class MasterState:
         launches = [self._launch(self.plan.containers[cid], now) for cid in change.launch]
         result = scaling.scale_result(change, old_plan, self.plan)
         for text in scaling.scale_messages(change, result, ev.source):
-            self.event(now, "scale", text)
+            self._note(now, "scale", text)
         return [*launches, *deletions, Reply(result)]
 
     # ------------------------------------------------------------ ending
@@ -979,7 +983,7 @@ class MasterState:
             if op.kind == "INPUT" and not op.inputs and op.container:  # sources, not readers of streams
                 self._node_requests[op.container].append(proto.StramToNodeRequest(
                     operator_id=op.id, request_type=proto.StramToNodeRequest.SHUTDOWN_OPERATOR))
-        self.event(now, "shutdown", "shutdown requested: ending the input operators' streams")
+        self._note(now, "shutdown", "shutdown requested: ending the input operators' streams")
         return []
 
     def _handle_kill_app(self, ev: KillApp) -> list[Instruction]:
@@ -995,7 +999,7 @@ class MasterState:
         return self._maybe_finish(force=True)
 
     def _handle_note(self, ev: Note) -> list[Instruction]:
-        self.event(ev.now, ev.kind, ev.text)
+        self._note(ev.now, ev.kind, ev.text)
         return []
 
     def _finish(self, state: str, diagnostics: str, now: int) -> None:
@@ -1004,7 +1008,7 @@ class MasterState:
         self.state = state
         self.diagnostics = diagnostics
         self.finished_millis = now
-        self.event(now, "finish", f"application {state}: {diagnostics}")
+        self._note(now, "finish", f"application {state}: {diagnostics}")
 
     def _maybe_finish(self, force: bool = False) -> list[Instruction]:
         """Once the application ended and no container is left running: Finish."""

@@ -106,7 +106,8 @@ def test_split_checkpoints_runs_under_the_lock_before_the_event_it_names():
     then = Note(7, "scale", "written")
     dispatcher, log = door({Tick: [SplitCheckpoints(change="the change", then=then)],
                             Note: [LaunchContainer("c3", 1024, 1), Reply("done")]},
-                           lock=lock, actions={SplitCheckpoints: lambda ins: seen.append((ins.change, lock.locked()))})
+                           lock=lock,
+                           actions={SplitCheckpoints: lambda ins: seen.append((ins.change, lock.locked()))})
     assert dispatcher.dispatch(Tick(5)) == "done"
     assert seen == [("the change", True)]
     assert dispatcher.state.handled == [Tick(5), then]

@@ -137,7 +137,7 @@ class Run:
                                        for op in ops))
 
     def scale(self, name: str, count: int, states: dict | None = None):
-        """ScaleRequest → split the states → ScaleStatesWritten, as AppMaster.scale does (minus the files)."""
+        """ScaleRequest → split the states → ScaleStatesWritten, as AppMaster.scale does (no files)."""
         instructions = self.state.handle(ScaleRequest(name, count, self.now))
         written = {}
         for ins in [i for i in instructions if isinstance(i, SplitCheckpoints)]:
