@@ -23,6 +23,7 @@ import time
 from typing import Any, Callable, Mapping
 
 from appmaster import scaling
+from appmaster.journal import read_journal, write_journal
 from appmaster.launcher import ContainerRequest, Launcher
 from appmaster.server import UmbilicalServicer, create_server
 from appmaster.state import (AdoptContainer, AdoptContainers, ContainerExited, ContainersStopped,
@@ -122,10 +123,9 @@ class AppMaster:
         self.host = host or os.environ.get("STRAM_HOST") or socket.gethostname()
         self.lock = threading.RLock()
         now = _now()
-        journal = fs.join(app_path, "journal", "snapshot")
-        if fs.exists(journal):
-            import pickle
-            self.state = MasterState.restore(spec, pickle.loads(fs.read_bytes(journal)), app_path, token, now)
+        previous = read_journal(app_path)  # JournalVersionError: one this stram cannot read
+        if previous is not None:
+            self.state = MasterState.restore(spec, previous, app_path, token, now)
         else:
             self.state = MasterState(spec, app_id, app_path, token, now, now)
         self._journal_key: tuple | None = None
@@ -161,9 +161,7 @@ class AppMaster:
         key = self.state.journal_key()
         if key == self._journal_key:
             return
-        import pickle
-        fs.write_atomic(fs.join(self.app_path, "journal", "snapshot"),
-                        pickle.dumps(self.state.snapshot(), protocol=pickle.HIGHEST_PROTOCOL))
+        write_journal(self.app_path, self.state.snapshot())  # atomic: a temporary file, then a move
         self._journal_key = key
 
     def _launch_container(self, ins: LaunchContainer) -> None:

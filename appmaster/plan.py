@@ -138,8 +138,10 @@ class PhysicalPlan:
     def __init__(self) -> None:
         self.operators: dict[int, PTOperator] = {}
         self.containers: dict[str, PTContainer] = {}
-        self._next_op = 1
-        self._next_container = 1
+        #: The id the next operator added gets (ids are never reused).
+        self.next_operator_id = 1
+        #: The number of the next container id (``container_000001`` ...; never reused).
+        self.next_container_number = 1
 
     # ------------------------------------------------------------- building
     @classmethod
@@ -209,14 +211,14 @@ class PhysicalPlan:
         return plan
 
     def _add(self, op: PTOperator) -> PTOperator:
-        op.id = self._next_op
-        self._next_op += 1
+        op.id = self.next_operator_id
+        self.next_operator_id += 1
         self.operators[op.id] = op
         return op
 
     def new_container_id(self) -> str:
-        cid = f"container_{self._next_container:06d}"
-        self._next_container += 1
+        cid = f"container_{self.next_container_number:06d}"
+        self.next_container_number += 1
         return cid
 
     def _place(self, links: Iterable[set[int]], max_containers: int | None) -> None:

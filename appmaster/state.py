@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import proto
-from appmaster import scaling
+from appmaster import journal, scaling
 from appmaster.plan import (ContainerState, OperatorState, PhysicalPlan, PTContainer, PTOperator,
                             affected_operators)
 from appmaster.scaling import ScaleRefused, ScaleResult
@@ -392,33 +392,50 @@ class MasterState:
                 tuple((w, tuple(ids)) for w, ids in sorted(self.shutdown_operators.items())))
 
     def snapshot(self) -> dict[str, Any]:
-        """What the journal holds: enough for a new master attempt to carry on."""
-        return {"version": 1, "app_id": self.app_id, "attempt": self.attempt,
+        """What the journal holds: enough for a new master attempt to carry on.
+
+        A plain, JSON-ready document of :data:`appmaster.journal.VERSION` (see
+        :mod:`appmaster.journal`); it shares nothing with this state.
+        """
+        return {"version": journal.VERSION, "app_id": self.app_id, "attempt": self.attempt,
                 "start_window_millis": self.start_window_millis, "committed": self.committed,
-                "plan": self.plan, "shutdown_operators": self.shutdown_operators,
+                "plan": journal.plan_to_doc(self.plan),
+                "shutdown_operators": [[w, list(ids)] for w, ids in sorted(self.shutdown_operators.items())],
                 "state": self.state, "diagnostics": self.diagnostics,
-                "started_millis": self.started_millis, "removed": self.removed,
-                "errors": list(self.errors), "shutdown_requested": self.shutdown_requested}
+                "started_millis": self.started_millis, "removed": [dict(r) for r in self.removed],
+                "errors": [{**e, "operators": list(e["operators"])} for e in self.errors],
+                "shutdown_requested": self.shutdown_requested}
 
     @classmethod
     def restore(cls, spec: Any, snapshot: dict[str, Any], app_path: str, token: str,
                 now: int) -> "MasterState":
-        """A new master attempt's state, from the previous attempt's journal.
+        """A new master attempt's state, from the previous attempt's journal (:meth:`snapshot`).
 
         Containers are given a heartbeat timeout to reconnect; operators that
         were being deployed are deployed again (agents ignore a duplicate).
+
+        Raises
+        ------
+        appmaster.journal.JournalVersionError
+            The document is not a journal of the version this stram reads, or does not match it.
         """
-        state = cls(spec, snapshot["app_id"], app_path, token, snapshot["start_window_millis"], now)
-        state.attempt = snapshot["attempt"] + 1
-        state.plan = snapshot["plan"]
-        state.committed = snapshot["committed"]
-        state.shutdown_operators = snapshot["shutdown_operators"]
-        state.state = snapshot["state"]
-        state.diagnostics = snapshot["diagnostics"]
-        state.started_millis = snapshot["started_millis"]
-        state.removed = snapshot["removed"]
-        state.errors.extend(snapshot["errors"])
-        state.shutdown_requested = snapshot["shutdown_requested"]
+        journal.check_version(snapshot)
+        try:
+            state = cls(spec, snapshot["app_id"], app_path, token, int(snapshot["start_window_millis"]), now)
+            state.attempt = int(snapshot["attempt"]) + 1
+            state.plan = journal.plan_from_doc(snapshot["plan"])
+            state.committed = int(snapshot["committed"])
+            state.shutdown_operators = {int(w): [int(i) for i in ids]
+                                        for w, ids in snapshot["shutdown_operators"]}
+            state.state = str(snapshot["state"])
+            state.diagnostics = str(snapshot["diagnostics"])
+            state.started_millis = int(snapshot["started_millis"])
+            state.removed = [dict(r) for r in snapshot["removed"]]
+            state.errors.extend(dict(e) for e in snapshot["errors"])
+            state.shutdown_requested = bool(snapshot["shutdown_requested"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise journal.JournalVersionError(f"the journal does not match journal version {journal.VERSION} "
+                                              f"({type(exc).__name__}: {exc})") from None
         for container in state.plan.containers.values():
             container.last_heartbeat_millis = now
             container.launch_at = now

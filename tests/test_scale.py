@@ -24,7 +24,7 @@ import pytest
 
 import proto
 from statekit import container_heartbeat, label  # noqa: E402
-from appmaster import scaling
+from appmaster import journal, scaling
 from appmaster.plan import PUBLISHER_TAG_MASK, OperatorState, PTOperator
 from appmaster.spec import AppSpec
 from appmaster.state import (DeleteCheckpoints, LaunchContainer, MasterState, Reply, ScaleRequest,
@@ -232,7 +232,7 @@ def test_scale_three_to_five_to_two_to_one():
     assert moved == {w: n + 1 for n, w in enumerate(words)}
     assert written[(unifier.id, run.w(5))] == {"seen": 42}   # the old unifier's state, at out's window
     # the journal carries the new plan
-    assert run.state.snapshot()["plan"] is run.state.plan
+    assert run.state.snapshot()["plan"] == journal.plan_to_doc(run.state.plan)
 
     # old containers: undeploy + shutdown in their next heartbeat; out's container: undeploy now
     for cid in sorted(old_containers):
