@@ -31,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         handlers=[logging.FileHandler(os.path.join(log_dir, "master.log")),
                                   logging.StreamHandler()])
+    from appmaster.journal import JournalVersionError
     from appmaster.master import AppMaster, install_signal_handlers
     from appmaster.spec import AppSpec
     spec = AppSpec.from_yaml(fs.read_bytes(fs.join(args.app_path, "spec.yaml")).decode(),
@@ -41,7 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from appmaster.launcher import LocalLauncher
         launcher = LocalLauncher(log_dir)
-    master = AppMaster(spec, args.app_id, args.app_path, token, launcher)
+    try:
+        master = AppMaster(spec, args.app_id, args.app_path, token, launcher)
+    except JournalVersionError as exc:  # a journal this stram cannot resume from
+        logging.getLogger("appmaster").error("cannot resume application %s: %s", args.app_id, exc)
+        return 1
     install_signal_handlers(master)
     state = master.run()
     logging.getLogger("appmaster").info("application %s ended %s", args.app_id, state)

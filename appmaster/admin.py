@@ -2,6 +2,9 @@
 
 The CLI reaches a running master through it; its URL is written to
 ``APP_PATH/admin.json``. On YARN the same pages sit behind the tracking URL.
+Requests that change something become events passed to the master's
+dispatcher (kill a container, scale) or its requests (shut down, kill);
+the pages read the state under the master's lock.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any
 from flask import Flask, jsonify, request
 from werkzeug.serving import make_server
 
-from appmaster.state import UnknownContainer
+from appmaster.state import KillContainerRequest, UnknownContainer
 
 log = logging.getLogger("appmaster.admin")
 
@@ -45,11 +48,9 @@ def create_app(master: Any) -> Flask:
     def kill_container(container_id: str):  # noqa: ANN202
         import time
         try:
-            with master.lock:
-                instructions = master.state.kill_container(container_id, int(time.time() * 1000))
+            master.dispatch(KillContainerRequest(container_id, int(time.time() * 1000)))
         except UnknownContainer:
             return jsonify({"error": f"unknown container {container_id!r}"}), 404
-        master.execute(instructions)
         return jsonify({"killed": container_id})
 
     @app.route("/ws/v2/stram/shutdown", methods=["POST", "PUT"])

@@ -2,12 +2,17 @@
 
 Runs as ``python -m appmaster`` (locally, or as the Skein master script on
 YARN). Decisions live in :class:`appmaster.state.MasterState`; this module
-carries out its instructions: launching and killing containers, deleting old
-checkpoints, writing ``heartbeatUri`` and the status file under ``APP_PATH``.
+turns what happens (heartbeats, container exits, the clock, admin requests)
+into events, passes them through the one door, :class:`Dispatcher` (lock →
+``MasterState.handle`` → journal → carry out), and carries out the
+instructions: launching, adopting and killing containers, splitting and
+deleting checkpoints, writing ``heartbeatUri`` and the status file under
+``APP_PATH``.
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
@@ -15,13 +20,16 @@ import signal
 import socket
 import threading
 import time
-from typing import Any
+from typing import Any, Callable, Mapping
 
 from appmaster import scaling
+from appmaster.journal import read_journal, write_journal
 from appmaster.launcher import ContainerRequest, Launcher
 from appmaster.server import UmbilicalServicer, create_server
-from appmaster.state import (DeleteCheckpoints, Finish, Instruction, KillContainer, LaunchContainer,
-                             MasterState)
+from appmaster.state import (AdoptContainer, AdoptContainers, ContainerExited, ContainersStopped,
+                             DeleteCheckpoints, Finish, Instruction, KillApp, KillContainer,
+                             LaunchContainer, MasterEvent, MasterState, Note, Reply, ScaleRequest,
+                             ShutdownRequest, SplitCheckpoints, Start, Tick, UnknownInstruction)
 from container import fs
 
 log = logging.getLogger("appmaster")
@@ -29,6 +37,77 @@ log = logging.getLogger("appmaster")
 
 def _now() -> int:
     return int(time.time() * 1000)
+
+
+class Dispatcher:
+    """The one door into a :class:`MasterState`: lock → handle → journal → carry out.
+
+    Parameters
+    ----------
+    state, lock:
+        The state and the lock every reader and writer of it holds.
+    actions:
+        Instruction type -> what carries it out. :class:`Reply` needs none (its value
+        is returned to the caller); an instruction of any other type without an
+        action is an error (:class:`UnknownInstruction`), never dropped.
+    journal:
+        Writes what a new master attempt needs (called under the lock, before anything
+        the event decided leaves the master).
+    """
+
+    def __init__(self, state: MasterState, lock: threading.RLock,
+                 actions: Mapping[type[Instruction], Callable[[Any], None]],
+                 journal: Callable[[], None] = lambda: None) -> None:
+        self.state = state
+        self.lock = lock
+        self.actions = dict(actions)
+        self.journal = journal
+
+    def dispatch(self, event: MasterEvent) -> Any:
+        """Handle ``event``; the value of its :class:`Reply` (None without one).
+
+        Under the lock: the state handles the event; a :class:`SplitCheckpoints` is
+        carried out at once (the state waits for those files) and the event it names
+        is handled next; every instruction is checked to have an action; the journal
+        is written. Then, outside the lock, the instructions are carried out in order
+        (one that fails is logged and the others still run).
+
+        Raises
+        ------
+        UnknownInstruction
+            An instruction without an action (nothing was carried out).
+        UnknownEvent, UnknownContainer, ScaleRefused, ...
+            What the state raised for the event (nothing was carried out).
+        """
+        with self.lock:
+            instructions: list[Instruction] = []
+            queue: collections.deque[MasterEvent] = collections.deque([event])
+            while queue:
+                for ins in self.state.handle(queue.popleft()):
+                    if isinstance(ins, SplitCheckpoints):
+                        self._action(ins)(ins)
+                        queue.append(ins.then)
+                    else:
+                        instructions.append(ins)
+            replies = [ins.value for ins in instructions if isinstance(ins, Reply)]
+            if len(replies) > 1:
+                raise RuntimeError(f"{type(event).__name__} was answered {len(replies)} times; "
+                                   f"an event has one sender")
+            work = [(self._action(ins), ins) for ins in instructions if not isinstance(ins, Reply)]
+            self.journal()
+        for action, ins in work:
+            try:
+                action(ins)
+            except Exception:  # noqa: BLE001 - one failed action must not stop the master
+                log.exception("could not carry out %s", ins)
+        return replies[0] if replies else None
+
+    def _action(self, ins: Instruction) -> Callable[[Any], None]:
+        action = self.actions.get(type(ins))
+        if action is None:
+            raise UnknownInstruction(f"no action carries out {type(ins).__name__} ({ins!r}); "
+                                     f"known: {', '.join(sorted(t.__name__ for t in self.actions))}")
+        return action
 
 
 class AppMaster:
@@ -44,13 +123,18 @@ class AppMaster:
         self.host = host or os.environ.get("STRAM_HOST") or socket.gethostname()
         self.lock = threading.RLock()
         now = _now()
-        journal = fs.join(app_path, "journal", "snapshot")
-        if fs.exists(journal):
-            import pickle
-            self.state = MasterState.restore(spec, pickle.loads(fs.read_bytes(journal)), app_path, token, now)
+        previous = read_journal(app_path)  # JournalVersionError: one this stram cannot read
+        if previous is not None:
+            self.state = MasterState.restore(spec, previous, app_path, token, now)
         else:
             self.state = MasterState(spec, app_id, app_path, token, now, now)
         self._journal_key: tuple | None = None
+        self.dispatcher = Dispatcher(self.state, self.lock, {
+            LaunchContainer: self._launch_container, AdoptContainer: self._adopt_container,
+            KillContainer: self._kill_container, DeleteCheckpoints: self._delete_checkpoints,
+            SplitCheckpoints: self._split_checkpoints, Finish: self._finish}, journal=self.journal)
+        #: The one way into the state (:meth:`Dispatcher.dispatch`).
+        self.dispatch = self.dispatcher.dispatch
         self.finished = threading.Event()
         self.final: Finish | None = None
         self.server = None
@@ -67,13 +151,6 @@ class AppMaster:
         self._listener_complaints: dict[str, str] = {}
 
     # ------------------------------------------------------------ instructions
-    def execute(self, instructions: list[Instruction]) -> None:
-        for ins in instructions:
-            try:
-                self._execute(ins)
-            except Exception:  # noqa: BLE001 - one failed action must not stop the master
-                log.exception("could not carry out %s", ins)
-
     def journal(self) -> None:
         """Write the state a new master attempt needs, if it changed (caller holds the lock).
 
@@ -84,34 +161,47 @@ class AppMaster:
         key = self.state.journal_key()
         if key == self._journal_key:
             return
-        import pickle
-        fs.write_atomic(fs.join(self.app_path, "journal", "snapshot"),
-                        pickle.dumps(self.state.snapshot(), protocol=pickle.HIGHEST_PROTOCOL))
+        write_journal(self.app_path, self.state.snapshot())  # atomic: a temporary file, then a move
         self._journal_key = key
 
-    def _execute(self, ins: Instruction) -> None:
-        if isinstance(ins, LaunchContainer):
-            env = {"STRAM_CONTAINER_ID": ins.container_id, "STRAM_APP_PATH": self.app_path,
-                   "STRAM_TOKEN": self.token, "STRAM_APP_ID": self.app_id}
-            self.launcher.launch(ContainerRequest(ins.container_id, ins.memory_mb, ins.vcores, ins.hosts, env))
-        elif isinstance(ins, KillContainer):
-            log.info("killing %s: %s", ins.container_id, ins.reason)
-            self.launcher.kill(ins.container_id)
-        elif isinstance(ins, DeleteCheckpoints):
-            for window in ins.windows:
-                fs.delete(fs.join(self.app_path, "checkpoints", str(ins.operator_id), str(window)))
-        elif isinstance(ins, Finish):
-            self.final = ins
-            self.finished.set()
+    def _launch_container(self, ins: LaunchContainer) -> None:
+        env = {"STRAM_CONTAINER_ID": ins.container_id, "STRAM_APP_PATH": self.app_path,
+               "STRAM_TOKEN": self.token, "STRAM_APP_ID": self.app_id}
+        self.launcher.launch(ContainerRequest(ins.container_id, ins.memory_mb, ins.vcores, ins.hosts, env))
+
+    def _adopt_container(self, ins: AdoptContainer) -> None:
+        self.launcher.adopt(ins.container_id, ins.pid)  # type: ignore[attr-defined]
+
+    def _kill_container(self, ins: KillContainer) -> None:
+        log.info("killing %s: %s", ins.container_id, ins.reason)
+        self.launcher.kill(ins.container_id)
+
+    def _delete_checkpoints(self, ins: DeleteCheckpoints) -> None:
+        for window in ins.windows:
+            fs.delete(fs.join(self.app_path, "checkpoints", str(ins.operator_id), str(window)))
+
+    def _finish(self, ins: Finish) -> None:
+        self.final = ins
+        self.finished.set()
+
+    def _split_checkpoints(self, ins: SplitCheckpoints) -> None:
+        """Read the old partitions' checkpoints, split them, write the new partitions' ones
+        (under the lock, before the new plan is installed and journaled)."""
+        change = ins.change
+        old = {(op_id, window): self._read_checkpoint(op_id, window) for op_id, window in change.reads}
+        for (op_id, window), state in scaling.split_states(change, old).items():
+            self._write_checkpoint(op_id, window, state)
 
     # ------------------------------------------------------------ repartitioning
     def scale(self, name: str, count: int, source: str = "request", wait: float | None = None
               ) -> dict[str, Any]:
         """Give logical operator ``name`` ``count`` partitions while the application runs.
 
-        The decision is :func:`appmaster.scaling.plan_scale`; here the old partitions'
-        checkpoints are read, split over the new partitions and written under the new
-        operator ids before the new plan is installed and journaled. A transient
+        A :class:`~appmaster.state.ScaleRequest` event: the state decides
+        (:func:`appmaster.scaling.plan_scale`); the old partitions' checkpoints are read,
+        split over the new partitions and written under the new operator ids
+        (:class:`~appmaster.state.SplitCheckpoints`) before the new plan is installed
+        and journaled. A transient
         refusal (no common checkpoint yet: partitions report their checkpoints in
         different heartbeats; partitions still deploying) is retried for up to
         ``wait`` seconds (default :attr:`scale_wait`), without holding the master's lock
@@ -131,26 +221,14 @@ class AppMaster:
         deadline = time.monotonic() + (self.scale_wait if wait is None else wait)
         while True:
             now = _now()
-            with self.lock:
-                try:
-                    change = scaling.plan_scale(self.state, name, count)
-                    old = {(op_id, window): self._read_checkpoint(op_id, window)
-                           for op_id, window in change.reads}
-                    for (op_id, window), state in scaling.split_states(change, old).items():
-                        self._write_checkpoint(op_id, window, state)
-                    result, instructions = scaling.apply_scale(self.state, change, now, source)
-                    self.journal()
-                    break
-                except ValueError as exc:
-                    if getattr(exc, "transient", False) and time.monotonic() < deadline:
-                        pass
-                    else:
-                        if source == "request":
-                            self.state.event(now, "scale", f"refused {name} → {count}: {exc}")
-                        raise
+            try:
+                return self.dispatch(ScaleRequest(name, count, now, source)).to_dict()
+            except ValueError as exc:
+                if not (getattr(exc, "transient", False) and time.monotonic() < deadline):
+                    if source == "request":
+                        self.dispatch(Note(now, "scale", f"refused {name} → {count}: {exc}"))
+                    raise
             time.sleep(0.1)
-        self.execute(instructions)
-        return result.to_dict()
 
     def _read_checkpoint(self, op_id: int, window: int) -> dict[str, Any]:
         import pickle
@@ -208,12 +286,11 @@ class AppMaster:
         """Log a listener problem once until it changes (the listener runs every second)."""
         if self._listener_complaints.get(key) != msg:
             self._listener_complaints[key] = msg
-            with self.lock:
-                self.state.event(_now(), "listener", msg)
+            self.dispatch(Note(_now(), "listener", msg))
 
     # ------------------------------------------------------------ run
     def start(self) -> None:
-        servicer = UmbilicalServicer(self.state, self.lock, self.execute, journal=self.journal)
+        servicer = UmbilicalServicer(self.dispatch, self.token)
         self.server, self.port = create_server(servicer, host="0.0.0.0", port=0)
         from appmaster.admin import start_admin
         self.admin, self.admin_url = start_admin(self, self.host)
@@ -226,49 +303,26 @@ class AppMaster:
         fs.write_atomic(fs.join(self.app_path, "heartbeatUri"), f"{self.host}:{self.port}".encode())
         log.info("application %s: umbilical at %s:%d, admin API at %s", self.app_id, self.host,
                  self.port, self.admin_url)
-        with self.lock:
-            if self.state.attempt == 1:
-                instructions = self.state.start(_now())
-            else:
-                instructions = self._adopt()
-            self.journal()
-        self.execute(instructions)
+        if self.state.attempt == 1:
+            self.dispatch(Start(_now()))
+        else:  # a new attempt takes over the containers the previous master started
+            self.dispatch(AdoptContainers(_now(), getattr(self.launcher, "adopt", None) is not None))
         self.write_status()
-
-    def _adopt(self) -> list[Instruction]:
-        """A new attempt: take over the containers the previous master started."""
-        adopt = getattr(self.launcher, "adopt", None)
-        instructions: list[Instruction] = []
-        for container in self.state.plan.containers.values():
-            if container.state not in ("PENDING", "RUNNING"):
-                continue
-            pid = container.process.split("@", 1)[0]
-            if adopt is not None and pid.isdigit():
-                adopt(container.id, int(pid))
-            elif container.state == "PENDING":
-                instructions.append(self.state._launch(container))
-        return instructions
 
     def run(self) -> str:
         """Serve until the application ends; returns its final state."""
         self.start()
         last_status = 0.0
         while not self.finished.wait(0.2):
-            ended = self.launcher.poll()
-            with self.lock:
-                instructions: list[Instruction] = []
-                for cid, code in ended:
-                    instructions += self.state.container_exited(cid, code, _now())
-                instructions += self.state.tick(_now())
-                self.journal()
-            self.execute(instructions)
+            for cid, code in self.launcher.poll():
+                self.dispatch(ContainerExited(cid, code, _now()))
+            self.dispatch(Tick(_now()))
             try:
                 self.poll_stats_listener()
             except Exception:  # noqa: BLE001 - the hook must never stop the master
                 log.exception("stats listener hook failed")
             if self._stop_requested:
-                with self.lock:
-                    self.execute(self.state.kill(_now()))
+                self.dispatch(KillApp(_now()))
             if time.monotonic() - last_status > 1.0:
                 self.write_status()
                 with self.lock:
@@ -289,19 +343,14 @@ class AppMaster:
         """After the end: containers get ``shutdown`` in their heartbeat; then force."""
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
-            ended = self.launcher.poll()
+            for cid, code in self.launcher.poll():
+                self.dispatch(ContainerExited(cid, code, _now()))
             with self.lock:
-                for cid, code in ended:
-                    self.execute(self.state.container_exited(cid, code, _now()))
                 if not self.state.containers_to_stop():
                     break
             time.sleep(0.1)
         self.launcher.stop_all(grace=2.0)
-        with self.lock:
-            for container in self.state.plan.containers.values():
-                if container.state in ("PENDING", "RUNNING"):
-                    container.state = "RELEASED"
-            self.execute(self.state._maybe_finish(force=True))
+        self.dispatch(ContainersStopped(_now()))
         self.finished.set()
 
     def request_kill(self) -> None:
@@ -309,8 +358,8 @@ class AppMaster:
         self._stop_requested = True
 
     def request_shutdown(self) -> None:
-        with self.lock:
-            self.state.request_shutdown(_now())
+        """End the application gracefully: its input operators end their streams."""
+        self.dispatch(ShutdownRequest(_now()))
 
     def stop(self) -> None:
         if self.admin is not None:

@@ -12,8 +12,8 @@ from typing import Any, Iterable
 
 from container.partition import partition_keys, partition_mask
 
-__all__ = ["OperatorState", "PTInput", "PTOperator", "PTContainer", "PhysicalPlan",
-           "INLINE_LOCALITIES"]
+__all__ = ["OperatorState", "ContainerState", "PTInput", "PTOperator", "PTContainer", "PhysicalPlan",
+           "INLINE_LOCALITIES", "affected_operators"]
 
 INLINE_LOCALITIES = ("THREAD_LOCAL", "CONTAINER_LOCAL")
 
@@ -22,14 +22,25 @@ INLINE_LOCALITIES = ("THREAD_LOCAL", "CONTAINER_LOCAL")
 PUBLISHER_TAG_MASK = 0xF
 
 
-class OperatorState(enum.Enum):
-    """Life of a physical operator on the master."""
+class OperatorState(enum.StrEnum):
+    """Life of a physical operator on the master (str-valued: JSON, the admin API and the
+    journal show the names)."""
 
     PENDING_DEPLOY = "PENDING_DEPLOY"   #: waiting for its container to ask
     DEPLOYING = "DEPLOYING"             #: sent in a deploy request, not yet reported
     ACTIVE = "ACTIVE"                   #: reported running
     SHUTDOWN = "SHUTDOWN"               #: ended (ShutdownException / END_STREAM); parked
     FAILED = "FAILED"                   #: reported failed; awaiting recovery
+
+
+class ContainerState(enum.StrEnum):
+    """Life of a container on the master (str-valued, like :class:`OperatorState`)."""
+
+    WAITING = "WAITING"     #: restart backoff: launched once the clock passes ``launch_at``
+    PENDING = "PENDING"     #: launch asked, the agent has not heartbeated yet
+    RUNNING = "RUNNING"     #: the agent heartbeats
+    LOST = "LOST"           #: exited, timed out or killed; its operators went elsewhere
+    RELEASED = "RELEASED"   #: no longer needed (emptied, or the application ended)
 
 
 @dataclass
@@ -102,8 +113,7 @@ class PTContainer:
 
     id: str
     operators: set[int] = field(default_factory=set)
-    #: WAITING (backoff), PENDING (launch asked), RUNNING (agent heartbeating), LOST, RELEASED
-    state: str = "PENDING"
+    state: ContainerState = ContainerState.PENDING
     host: str = ""
     buffer_server: tuple[str, int] | None = None
     last_heartbeat_millis: int = 0
@@ -112,8 +122,14 @@ class PTContainer:
     vcores: int = 1
     #: Operators placed here but not yet sent in a deploy request.
     pending_deploy: set[int] = field(default_factory=set)
-    #: WAITING containers: launch once the clock passes this (restart backoff).
+    #: WAITING containers: launch once the clock passes this (restart backoff); PENDING
+    #: containers: when the launch was asked.
     launch_at: int = 0
+    #: Memory the agent last reported using (MB).
+    memory_used_mb: int = 0
+    #: The agent's buffer-server publishers as last reported: name -> memory_bytes,
+    #: spilled_bytes, windows, first_window, last_window.
+    publishers: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 class PhysicalPlan:
@@ -122,8 +138,10 @@ class PhysicalPlan:
     def __init__(self) -> None:
         self.operators: dict[int, PTOperator] = {}
         self.containers: dict[str, PTContainer] = {}
-        self._next_op = 1
-        self._next_container = 1
+        #: The id the next operator added gets (ids are never reused).
+        self.next_operator_id = 1
+        #: The number of the next container id (``container_000001`` ...; never reused).
+        self.next_container_number = 1
 
     # ------------------------------------------------------------- building
     @classmethod
@@ -193,14 +211,14 @@ class PhysicalPlan:
         return plan
 
     def _add(self, op: PTOperator) -> PTOperator:
-        op.id = self._next_op
-        self._next_op += 1
+        op.id = self.next_operator_id
+        self.next_operator_id += 1
         self.operators[op.id] = op
         return op
 
     def new_container_id(self) -> str:
-        cid = f"container_{self._next_container:06d}"
-        self._next_container += 1
+        cid = f"container_{self.next_container_number:06d}"
+        self.next_container_number += 1
         return cid
 
     def _place(self, links: Iterable[set[int]], max_containers: int | None) -> None:
@@ -296,6 +314,21 @@ class PhysicalPlan:
                             "memory_mb": c.memory_mb, "vcores": c.vcores}
                            for c in self.containers.values()],
         }
+
+
+def affected_operators(plan: PhysicalPlan, failed: Iterable[int]) -> set[int]:
+    """Operators to redeploy when ``failed`` are lost: them, everything downstream,
+    and the operators sharing an in-container stream with any of those."""
+    affected: set[int] = set()
+    frontier = list(failed)
+    while frontier:
+        op_id = frontier.pop()
+        if op_id in affected or op_id not in plan.operators:
+            continue
+        affected.add(op_id)
+        frontier.extend(plan.downstream(op_id))
+        frontier.extend(plan.inline_group(op_id))
+    return affected
 
 
 def _op_dict(op: PTOperator) -> dict[str, Any]:

@@ -1,19 +1,23 @@
 """Live repartitioning: change a logical operator's partition count while the application runs.
 
-The decisions are pure (STYLE.md 3) and the I/O stays in :mod:`appmaster.master`:
+The decisions are pure (STYLE.md 3) and the I/O stays in :mod:`appmaster.master`.
+A request is a ``ScaleRequest`` event handled by :class:`~appmaster.state.MasterState`,
+which calls into this module; the functions here read the state only through
+:class:`StateView` and change nothing:
 
-1. :func:`plan_scale` checks a request against a :class:`~appmaster.state.MasterState`,
-   picks the window ``c`` the new partitions start after, and builds the new
-   physical plan on a copy of the current one. It refuses, with a
-   :class:`ScaleRefused` (a ``ValueError``) that says why, anything it cannot do
-   safely; nothing has changed then.
-2. The master reads the old partitions' checkpoints at ``c`` (:attr:`ScaleChange.reads`),
-   :func:`split_states` redistributes them over the new partitions with the
-   operator class's ``split_state`` (keys dealt out by ``owner_of(count)``), and the
-   master writes them as the new partitions' checkpoints at ``c``.
-3. :func:`apply_scale` installs the new plan and returns what was done
-   (:class:`ScaleResult`) and the instructions to carry out (launch the new
-   partitions' containers, delete the old partitions' checkpoints).
+1. :func:`plan_scale` checks a request against the state, picks the window ``c``
+   the new partitions start after, and builds the new physical plan on a copy of
+   the current one. It refuses, with a :class:`ScaleRefused` (a ``ValueError``)
+   that says why, anything it cannot do safely; nothing has changed then.
+2. The master (instruction ``SplitCheckpoints``) reads the old partitions'
+   checkpoints at ``c`` (:attr:`ScaleChange.reads`), :func:`split_states`
+   redistributes them over the new partitions with the operator class's
+   ``split_state`` (keys dealt out by ``owner_of(count)``), and the master writes
+   them as the new partitions' checkpoints at ``c``.
+3. The state installs the new plan (event ``ScaleStatesWritten``) and replies with
+   what was done (:func:`scale_result`, a :class:`ScaleResult`; the event log says it
+   with :func:`scale_messages`), with instructions to launch the new partitions'
+   containers and delete the old partitions' checkpoints.
 
 The window ``c`` is the newest checkpoint that every current partition has saved,
 not older than any partition's recovery checkpoint (its file still exists) and
@@ -47,19 +51,40 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Mapping, Protocol
 
-from appmaster.plan import (INLINE_LOCALITIES, OperatorState, PhysicalPlan, PTContainer, PTInput,
-                            PTOperator, _port_codec, _unifier_class)
-from appmaster.state import DeleteCheckpoints, Instruction, affected_operators
+from appmaster.plan import (INLINE_LOCALITIES, ContainerState, OperatorState, PhysicalPlan, PTContainer,
+                            PTInput, PTOperator, _port_codec, _unifier_class, affected_operators)
 from container.partition import owner_of, partition_keys, partition_mask
 
-__all__ = ["ScaleRefused", "StateWrite", "ScaleChange", "ScaleResult", "OperatorStats",
-           "plan_scale", "split_states", "apply_scale", "stats_view", "listener_requests",
-           "MAX_PARTITIONS"]
+__all__ = ["ScaleRefused", "StateWrite", "ScaleChange", "ScaleResult", "OperatorStats", "StateView",
+           "plan_scale", "split_states", "scale_result", "scale_messages", "stats_view",
+           "listener_requests", "MAX_PARTITIONS"]
 
 #: Largest partition count a request may ask for.
 MAX_PARTITIONS = 256
+
+
+class StateView(Protocol):
+    """What this module reads of a :class:`appmaster.state.MasterState`, and all it reads.
+
+    Nothing here changes the state: :func:`plan_scale` builds the new plan on a copy,
+    and the state's scale handler installs it (``MasterState.handle(ScaleStatesWritten)``).
+    """
+
+    spec: Any
+    plan: PhysicalPlan
+    state: str                   #: the application's state (RUNNING, ...)
+    app_id: str
+    shutdown_requested: bool
+    initial_window: int
+    window_history: Mapping[int, Any]
+
+    def attr(self, name: str) -> Any: ...
+
+    def journal_key(self) -> tuple: ...
+
+    def throughput(self, op_id: int) -> float: ...
 
 
 class ScaleRefused(ValueError):
@@ -122,6 +147,11 @@ class ScaleChange:
     writes: list[StateWrite] = field(default_factory=list)
     reads: list[tuple[int, int]] = field(default_factory=list)
 
+    @property
+    def verb(self) -> str:
+        """"3 → 5 partitions"."""
+        return f"{self.old_count} → {self.count} partitions"
+
 
 @dataclass
 class ScaleResult:
@@ -154,7 +184,7 @@ class ScaleResult:
 
 # ---------------------------------------------------------------- the decision
 
-def plan_scale(state: Any, name: str, count: int) -> ScaleChange:
+def plan_scale(state: StateView, name: str, count: int) -> ScaleChange:
     """Check a request to give logical operator ``name`` ``count`` partitions; the change.
 
     Pure: the current plan is not touched (the new one is built on a copy).
@@ -382,7 +412,8 @@ def plan_scale(state: Any, name: str, count: int) -> ScaleChange:
     limit = state.attr("CONTAINERS_MAX_COUNT")
     if limit:
         live = [c for c in new.containers.values()
-                if c.operators and c.state in ("PENDING", "RUNNING", "WAITING")]
+                if c.operators and c.state in (ContainerState.PENDING, ContainerState.RUNNING,
+                                               ContainerState.WAITING)]
         if len(live) + len(change.launch) > int(limit):
             raise ScaleRefused(f"{count} partitions of {name} need {len(live) + len(change.launch)} "
                                f"containers; CONTAINERS_MAX_COUNT is {limit}")
@@ -439,51 +470,20 @@ def split_states(change: ScaleChange, states: Mapping[tuple[int, int], dict[str,
     return out
 
 
-def apply_scale(state: Any, change: ScaleChange, now: int, source: str = "request"
-                ) -> tuple[ScaleResult, list[Instruction]]:
-    """Install a change from :func:`plan_scale` (its checkpoints written); what was done.
-
-    Old operators get undeploy requests (their emptied containers are released in
-    their next heartbeat), the affected operators are redeployed in place, and
-    the returned instructions launch the new containers and delete the old
-    partitions' checkpoints.
-    """
-    if change.plan is None:
-        return ScaleResult(change.name, change.old_count, change.count, changed=False), []
-    if state.journal_key() != change.base_key:
-        raise ScaleRefused(f"the application changed while repartitioning {change.name} was prepared; "
-                           f"try again", transient=True)
-    old_plan: PhysicalPlan = state.plan
-    state.plan = change.plan
-    state._now_hint = now
-    instructions: list[Instruction] = []
+def scale_result(change: ScaleChange, old_plan: PhysicalPlan, new_plan: PhysicalPlan) -> ScaleResult:
+    """What installing ``change`` (``old_plan`` → ``new_plan``, its checkpoints written) did."""
     result = ScaleResult(change.name, change.old_count, change.count, changed=True, window=change.window)
-    verb = f"{change.old_count} → {change.count} partitions"
     for rid in change.old_ids + change.old_unifiers:
         op = old_plan.operators[rid]
-        container = state.plan.containers.get(op.container or "")
-        if container is not None and container.state in ("PENDING", "RUNNING"):
-            state._undeploy[container.id].add(rid)
-        state.removed.append({"id": rid, "label": op.label, "window": change.window,
-                              "committed": state.committed, "millis": now,
-                              "reason": f"repartitioned {change.name} ({verb})"})
-        state.window_history.pop(rid, None)
-        state.blocked.discard(rid)
-        if op.checkpoints:
-            instructions.append(DeleteCheckpoints(rid, tuple(op.checkpoints)))
         if op.kind == "UNIFIER":
             result.unifiers_removed.append(op.label)
         else:
             result.removed.append({"id": rid, "label": op.label, "container": op.container})
-    fresh = set(change.new_ids) | set(change.new_unifiers)
+    ops = new_plan.operators
     for op_id in sorted(change.redeploy):
-        op = state.plan.operators[op_id]
-        state._redeploy_in_place(op)
-        state._reset_for_redeploy(op, change.redeploy | fresh)
+        op = ops[op_id]
         result.redeployed.append({"id": op_id, "label": op.label, "container": op.container,
                                   "checkpoint": op.recovery_checkpoint})
-    instructions[:0] = [state._launch(state.plan.containers[cid]) for cid in change.launch]
-    ops = state.plan.operators
     for op_id in change.new_ids:
         op = ops[op_id]
         keys = sorted({k for i in op.inputs for k in i.partition_keys})
@@ -493,21 +493,26 @@ def apply_scale(state: Any, change: ScaleChange, now: int, source: str = "reques
     result.containers_launched = list(change.launch)
     result.containers_released = list(change.release)
     result.upstream_redeployed = [old_plan.operators[u].label for u in change.upstream_redeployed]
+    return result
+
+
+def scale_messages(change: ScaleChange, result: ScaleResult, source: str = "request") -> list[str]:
+    """The event-log lines (kind "scale") that say what a repartitioning did."""
     by = "" if source == "request" else f" (asked by the {source})"
-    state.event(now, "scale", f"{change.name}: {verb} from window {_w(change.window)}{by}: removed "
+    messages = [f"{change.name}: {change.verb} from window {_w(change.window)}{by}: removed "
                 f"{_labels(result.removed)}; added {_labels(result.added)}"
                 + (f"; unifiers {', '.join(result.unifiers_removed) or '-'} → "
                    f"{', '.join(result.unifiers_added) or '-'}"
                    if result.unifiers_removed or result.unifiers_added else "")
                 + f"; launching {', '.join(change.launch)}"
-                + (f"; releasing {', '.join(change.release)}" if change.release else ""))
+                + (f"; releasing {', '.join(change.release)}" if change.release else "")]
     if result.upstream_redeployed:
-        state.event(now, "scale", f"{change.name}: upstream {', '.join(result.upstream_redeployed)} "
-                                  f"redeployed: its publisher tagged too few hash bits for "
-                                  f"{change.count} partitions")
-    state.event(now, "scale", f"{change.name}: redeploying " + (", ".join(
+        messages.append(f"{change.name}: upstream {', '.join(result.upstream_redeployed)} "
+                        f"redeployed: its publisher tagged too few hash bits for "
+                        f"{change.count} partitions")
+    messages.append(f"{change.name}: redeploying " + (", ".join(
         f"{r['label']}@{_w(r['checkpoint'])}" for r in result.redeployed) or "nothing downstream"))
-    return result, instructions
+    return messages
 
 
 # ---------------------------------------------------------------- the stats listener
@@ -532,7 +537,7 @@ class OperatorStats:
     recovery_checkpoint: int
 
 
-def stats_view(state: Any) -> Mapping[str, OperatorStats]:
+def stats_view(state: StateView) -> Mapping[str, OperatorStats]:
     """Per logical operator stats for the listener: a read-only mapping of snapshots."""
     view: dict[str, OperatorStats] = {}
     for name, ospec in state.spec.operators.items():
@@ -576,7 +581,7 @@ def listener_requests(view: Mapping[str, OperatorStats], answer: Any) -> list[tu
     return wanted
 
 
-def _input_rate(state: Any, op_id: int) -> float:
+def _input_rate(state: StateView, op_id: int) -> float:
     history = state.window_history.get(op_id)
     if not history or len(history) < 2:
         return 0.0

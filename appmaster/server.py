@@ -1,16 +1,16 @@
 """The umbilical gRPC service: turns container RPCs into MasterState events.
 
-A thin translator (STYLE.md 3): it checks the token, takes the master's lock,
-calls :class:`appmaster.state.MasterState`, and hands instructions to the
-master's executor. Bad input never takes the server down: each call fails on
-its own with a gRPC status and a log line.
+A thin translator (STYLE.md 3): it checks the token, turns each call into an
+event (:mod:`appmaster.state`) and passes it to the master's dispatcher (lock →
+``MasterState.handle`` → journal → carry out), which returns the reply. Bad
+input never takes the server down: each call fails on its own with a gRPC
+status and a log line.
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
-import threading
 import time
 from concurrent import futures
 from typing import Any, Callable
@@ -18,7 +18,7 @@ from typing import Any, Callable
 import grpc
 
 import proto
-from appmaster.state import Instruction, MasterState, UnknownContainer
+from appmaster.state import ErrorReport, Heartbeat, InitContextRequest, MasterEvent, UnknownContainer
 
 log = logging.getLogger("appmaster.server")
 container_log = logging.getLogger("appmaster.containers")
@@ -32,16 +32,20 @@ def _now() -> int:
 
 
 class UmbilicalServicer(proto.StreamingContainerUmbilicalServicer):
-    """Serves container agents for one application."""
+    """Serves container agents for one application.
 
-    def __init__(self, state: MasterState, lock: threading.RLock,
-                 execute: Callable[[list[Instruction]], None],
-                 journal: Callable[[], None] = lambda: None) -> None:
-        self.state = state
-        self.lock = lock
-        self.execute = execute
-        self.journal = journal
-        self.token = state.token.encode()
+    Parameters
+    ----------
+    dispatch:
+        The master's one door into its state (:meth:`appmaster.master.Dispatcher.dispatch`):
+        handles an event and returns its reply.
+    token:
+        The application's secret; calls without it are refused.
+    """
+
+    def __init__(self, dispatch: Callable[[MasterEvent], Any], token: str) -> None:
+        self.dispatch = dispatch
+        self.token = token.encode()
 
     def _check(self, context: grpc.ServicerContext) -> None:
         supplied = dict(context.invocation_metadata()).get(proto.TOKEN_METADATA_KEY, "")
@@ -54,12 +58,11 @@ class UmbilicalServicer(proto.StreamingContainerUmbilicalServicer):
 
     def GetInitContext(self, request: proto.InitContextRequest, context: grpc.ServicerContext) -> Any:
         self._check(context)
-        with self.lock:
-            try:
-                return self.state.init_context(request.container_id)
-            except UnknownContainer:
-                log.warning("GetInitContext from unknown container %r (%s)", request.container_id, context.peer())
-                context.abort(grpc.StatusCode.NOT_FOUND, f"unknown container {request.container_id!r}")
+        try:
+            return self.dispatch(InitContextRequest(request.container_id))
+        except UnknownContainer:
+            log.warning("GetInitContext from unknown container %r (%s)", request.container_id, context.peer())
+            context.abort(grpc.StatusCode.NOT_FOUND, f"unknown container {request.container_id!r}")
 
     def Log(self, request: proto.LogRequest, context: grpc.ServicerContext) -> Any:
         self._check(context)
@@ -72,22 +75,13 @@ class UmbilicalServicer(proto.StreamingContainerUmbilicalServicer):
         self._check(context)
         container_log.error("[%s] error in operators %s: %s", request.container_id,
                             list(request.operators), request.msg[:20000])
-        with self.lock:
-            instructions = self.state.report_error(request.container_id, list(request.operators),
-                                                   request.msg, _now())
-        self.execute(instructions)
+        self.dispatch(ErrorReport(request.container_id, tuple(request.operators), request.msg, _now()))
         return proto.Empty()
 
     def ProcessHeartbeat(self, request: proto.ContainerHeartbeat, context: grpc.ServicerContext) -> Any:
         self._check(context)
-        with self.lock:
-            response, instructions = self.state.heartbeat(request, _now())
-            self.journal()  # before the response or any deletion acts on the new state
-        if response.shutdown and request.container_id not in self.state.plan.containers:
-            log.warning("heartbeat from unknown container %r (%s): told to shut down",
-                        request.container_id, context.peer())
-        self.execute(instructions)
-        return response
+        # the dispatcher journals before the response or any deletion acts on the new state
+        return self.dispatch(Heartbeat(request, _now(), context.peer()))
 
 
 def create_server(servicer: UmbilicalServicer, host: str = "0.0.0.0", port: int = 0,

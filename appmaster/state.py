@@ -1,11 +1,14 @@
 """The master's decisions: heartbeats, deploys, the committed window, recovery, removal.
 
-:class:`MasterState` is pure bookkeeping in the style of a state machine: it
-takes events (a heartbeat, a container exit, a clock tick) and returns the
-heartbeat response plus :class:`Instruction` objects (launch, kill, delete
-checkpoints, finish) that the thin I/O layer in :mod:`appmaster.master`
-carries out. It opens no sockets and touches no files, so tests drive it
-directly with drawn timelines.
+:class:`MasterState` is pure bookkeeping in the style of a state machine
+(dask's ``WorkerState.handle_stimulus``): every change is an event, a small
+frozen dataclass (:class:`Heartbeat`, :class:`ContainerExited`, :class:`Tick`,
+:class:`ScaleRequest` ...), and :meth:`MasterState.handle` returns what the
+event implies as :class:`Instruction` objects (launch, kill, delete
+checkpoints, finish, reply to the sender) that the thin I/O layer in
+:mod:`appmaster.master` carries out. It opens no sockets and touches no files,
+so tests drive it directly with drawn timelines. An event it has no handler
+for raises :class:`UnknownEvent`; it is never ignored.
 """
 
 from __future__ import annotations
@@ -13,16 +16,36 @@ from __future__ import annotations
 import collections
 import json
 import logging
-from dataclasses import dataclass, field
-from typing import Any, Iterable
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import proto
-from appmaster.plan import OperatorState, PhysicalPlan, PTContainer, PTOperator
+from appmaster import journal, scaling
+from appmaster.plan import (ContainerState, OperatorState, PhysicalPlan, PTContainer, PTOperator,
+                            affected_operators)
+from appmaster.scaling import ScaleRefused, ScaleResult
+
+__all__ = [
+    # instructions
+    "Instruction", "LaunchContainer", "AdoptContainer", "KillContainer", "DeleteCheckpoints",
+    "SplitCheckpoints", "Finish", "Reply", "UnknownInstruction",
+    # events
+    "MasterEvent", "Start", "AdoptContainers", "InitContextRequest", "Heartbeat", "ErrorReport",
+    "ContainerExited", "Tick", "KillContainerRequest", "KillApp", "ShutdownRequest",
+    "ContainersStopped", "ScaleRequest", "ScaleStatesWritten", "Note", "UnknownEvent",
+    # the state
+    "MasterState", "UnknownContainer", "recovery_checkpoints", "restart_backoff_millis",
+    "affected_operators",
+]
 
 log = logging.getLogger("appmaster.state")
 
 _LOCALITY = {"THREAD_LOCAL": proto.THREAD_LOCAL, "CONTAINER_LOCAL": proto.CONTAINER_LOCAL}
 _OP_TYPE = proto.OperatorDeployInfo.OperatorType
+#: Containers with a process the master asked for and may still have to stop.
+_ALIVE = (ContainerState.PENDING, ContainerState.RUNNING)
+#: Containers that will never run operators again.
+_GONE = (ContainerState.LOST, ContainerState.RELEASED)
 
 
 # ---------------------------------------------------------------- instructions
@@ -34,10 +57,20 @@ class Instruction:
 
 @dataclass(frozen=True)
 class LaunchContainer(Instruction):
+    """Ask the launcher for a container process."""
+
     container_id: str
     memory_mb: int
     vcores: int
     hosts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class AdoptContainer(Instruction):
+    """Take over a container process the previous master attempt started."""
+
+    container_id: str
+    pid: int
 
 
 @dataclass(frozen=True)
@@ -53,9 +86,171 @@ class DeleteCheckpoints(Instruction):
 
 
 @dataclass(frozen=True)
+class SplitCheckpoints(Instruction):
+    """Read the checkpoints ``change.reads`` names, split them with
+    :func:`appmaster.scaling.split_states` and write the new partitions' checkpoints;
+    then the state goes on with ``then``.
+
+    The state waits for these files (a new plan must not be installed, or journaled,
+    before its checkpoints exist): the dispatcher carries this out at once, under its
+    lock, and hands ``then`` back to :meth:`MasterState.handle`. A failure refuses
+    the change (:class:`appmaster.scaling.ScaleRefused`); nothing has changed then.
+    """
+
+    change: Any  #: an :class:`appmaster.scaling.ScaleChange`
+    then: "MasterEvent"
+
+
+@dataclass(frozen=True)
 class Finish(Instruction):
     state: str  #: SUCCEEDED, FAILED or KILLED
     diagnostics: str = ""
+
+
+@dataclass(frozen=True)
+class Reply(Instruction):
+    """The answer to the event's sender: a heartbeat response, an init context, a scale result.
+
+    Carried out after the journal is written, like every other instruction.
+    """
+
+    value: Any
+
+
+class UnknownInstruction(TypeError):
+    """An instruction the I/O layer has no action for (it is never silently dropped)."""
+
+
+# ---------------------------------------------------------------- events
+
+@dataclass(frozen=True)
+class MasterEvent:
+    """Something that happened to the application; :meth:`MasterState.handle` decides what follows.
+
+    ``now`` fields are wall-clock milliseconds, passed in so tests choose the clock.
+    """
+
+
+@dataclass(frozen=True)
+class Start(MasterEvent):
+    """The first master attempt starts: ask for every planned container."""
+
+    now: int
+
+
+@dataclass(frozen=True)
+class AdoptContainers(MasterEvent):
+    """A later master attempt starts: take over the containers the previous attempt started."""
+
+    now: int
+    #: The launcher can take over a running process by its pid (else only pending ones are relaunched).
+    launcher_adopts: bool
+
+
+@dataclass(frozen=True)
+class InitContextRequest(MasterEvent):
+    """A container agent asks for its init context (replied; raises :class:`UnknownContainer`)."""
+
+    container_id: str
+
+
+@dataclass(frozen=True)
+class Heartbeat(MasterEvent):
+    """A container heartbeat (replied with the heartbeat response)."""
+
+    heartbeat: proto.ContainerHeartbeat
+    now: int
+    #: Where the call came from, for log lines.
+    peer: str = ""
+
+
+@dataclass(frozen=True)
+class ErrorReport(MasterEvent):
+    """A container reports an operator error (recovery follows the FAILED state it heartbeats)."""
+
+    container_id: str
+    operators: tuple[int, ...]
+    msg: str
+    now: int
+
+
+@dataclass(frozen=True)
+class ContainerExited(MasterEvent):
+    """The launcher saw a container process end."""
+
+    container_id: str
+    exit_code: int | None
+    now: int
+
+
+@dataclass(frozen=True)
+class Tick(MasterEvent):
+    """The clock: restart backoffs, heartbeat and start timeouts, blocked operators."""
+
+    now: int
+
+
+@dataclass(frozen=True)
+class KillContainerRequest(MasterEvent):
+    """Administrative kill of one container (raises :class:`UnknownContainer`)."""
+
+    container_id: str
+    now: int
+
+
+@dataclass(frozen=True)
+class KillApp(MasterEvent):
+    """Kill the application: every container stopped, state KILLED."""
+
+    now: int
+
+
+@dataclass(frozen=True)
+class ShutdownRequest(MasterEvent):
+    """Graceful end: the input operators end their streams."""
+
+    now: int
+
+
+@dataclass(frozen=True)
+class ContainersStopped(MasterEvent):
+    """After the end, the launcher stopped every container still running."""
+
+    now: int
+
+
+@dataclass(frozen=True)
+class ScaleRequest(MasterEvent):
+    """Give logical operator ``name`` ``count`` partitions (raises
+    :class:`appmaster.scaling.ScaleRefused`; replied with a :class:`ScaleResult`)."""
+
+    name: str
+    count: int
+    now: int
+    #: Who asked: "request" (the admin API) or "stats listener".
+    source: str = "request"
+
+
+@dataclass(frozen=True)
+class ScaleStatesWritten(MasterEvent):
+    """The checkpoints a :class:`SplitCheckpoints` asked for are written: install the change."""
+
+    change: Any  #: an :class:`appmaster.scaling.ScaleChange`
+    now: int
+    source: str = "request"
+
+
+@dataclass(frozen=True)
+class Note(MasterEvent):
+    """Something for the event log (what the master refused, a stats listener's complaint)."""
+
+    now: int
+    kind: str
+    text: str
+
+
+class UnknownEvent(TypeError):
+    """An event :meth:`MasterState.handle` has no handler for (it is never silently dropped)."""
 
 
 # ---------------------------------------------------------------- pure rules
@@ -121,25 +316,12 @@ def restart_backoff_millis(restarts: int) -> int:
     return min(250 * 2 ** (restarts - 2), 30_000)
 
 
-def affected_operators(plan: PhysicalPlan, failed: Iterable[int]) -> set[int]:
-    """Operators to redeploy when ``failed`` are lost: them, everything downstream,
-    and the operators sharing an in-container stream with any of those."""
-    affected: set[int] = set()
-    frontier = list(failed)
-    while frontier:
-        op_id = frontier.pop()
-        if op_id in affected or op_id not in plan.operators:
-            continue
-        affected.add(op_id)
-        frontier.extend(plan.downstream(op_id))
-        frontier.extend(plan.inline_group(op_id))
-    return affected
-
-
 # ---------------------------------------------------------------- state
 
 @dataclass
-class Event:
+class LogEntry:
+    """One line of the application's event log (``info()["events"]``)."""
+
     millis: int
     kind: str
     text: str
@@ -182,7 +364,7 @@ class MasterState:
         self.diagnostics = ""
         self.started_millis = now
         self.finished_millis = 0
-        self.events: collections.deque[Event] = collections.deque(maxlen=500)
+        self.events: collections.deque[LogEntry] = collections.deque(maxlen=500)
         self.errors: collections.deque[dict[str, Any]] = collections.deque(maxlen=100)
         self.removed: list[dict[str, Any]] = []
         #: per container: operator ids to undeploy, publishers to reset, in the next response
@@ -197,6 +379,8 @@ class MasterState:
         self.heartbeats = 0
         #: Master attempt (a restarted master resumes from the journal with attempt + 1).
         self.attempt = 1
+        #: Finish was returned (it is returned once).
+        self._finish_sent = False
 
     # ------------------------------------------------------------ journal
     def journal_key(self) -> tuple:
@@ -208,33 +392,50 @@ class MasterState:
                 tuple((w, tuple(ids)) for w, ids in sorted(self.shutdown_operators.items())))
 
     def snapshot(self) -> dict[str, Any]:
-        """What the journal holds: enough for a new master attempt to carry on."""
-        return {"version": 1, "app_id": self.app_id, "attempt": self.attempt,
+        """What the journal holds: enough for a new master attempt to carry on.
+
+        A plain, JSON-ready document of :data:`appmaster.journal.VERSION` (see
+        :mod:`appmaster.journal`); it shares nothing with this state.
+        """
+        return {"version": journal.VERSION, "app_id": self.app_id, "attempt": self.attempt,
                 "start_window_millis": self.start_window_millis, "committed": self.committed,
-                "plan": self.plan, "shutdown_operators": self.shutdown_operators,
+                "plan": journal.plan_to_doc(self.plan),
+                "shutdown_operators": [[w, list(ids)] for w, ids in sorted(self.shutdown_operators.items())],
                 "state": self.state, "diagnostics": self.diagnostics,
-                "started_millis": self.started_millis, "removed": self.removed,
-                "errors": list(self.errors), "shutdown_requested": self.shutdown_requested}
+                "started_millis": self.started_millis, "removed": [dict(r) for r in self.removed],
+                "errors": [{**e, "operators": list(e["operators"])} for e in self.errors],
+                "shutdown_requested": self.shutdown_requested}
 
     @classmethod
     def restore(cls, spec: Any, snapshot: dict[str, Any], app_path: str, token: str,
                 now: int) -> "MasterState":
-        """A new master attempt's state, from the previous attempt's journal.
+        """A new master attempt's state, from the previous attempt's journal (:meth:`snapshot`).
 
         Containers are given a heartbeat timeout to reconnect; operators that
         were being deployed are deployed again (agents ignore a duplicate).
+
+        Raises
+        ------
+        appmaster.journal.JournalVersionError
+            The document is not a journal of the version this stram reads, or does not match it.
         """
-        state = cls(spec, snapshot["app_id"], app_path, token, snapshot["start_window_millis"], now)
-        state.attempt = snapshot["attempt"] + 1
-        state.plan = snapshot["plan"]
-        state.committed = snapshot["committed"]
-        state.shutdown_operators = snapshot["shutdown_operators"]
-        state.state = snapshot["state"]
-        state.diagnostics = snapshot["diagnostics"]
-        state.started_millis = snapshot["started_millis"]
-        state.removed = snapshot["removed"]
-        state.errors.extend(snapshot["errors"])
-        state.shutdown_requested = snapshot["shutdown_requested"]
+        journal.check_version(snapshot)
+        try:
+            state = cls(spec, snapshot["app_id"], app_path, token, int(snapshot["start_window_millis"]), now)
+            state.attempt = int(snapshot["attempt"]) + 1
+            state.plan = journal.plan_from_doc(snapshot["plan"])
+            state.committed = int(snapshot["committed"])
+            state.shutdown_operators = {int(w): [int(i) for i in ids]
+                                        for w, ids in snapshot["shutdown_operators"]}
+            state.state = str(snapshot["state"])
+            state.diagnostics = str(snapshot["diagnostics"])
+            state.started_millis = int(snapshot["started_millis"])
+            state.removed = [dict(r) for r in snapshot["removed"]]
+            state.errors.extend(dict(e) for e in snapshot["errors"])
+            state.shutdown_requested = bool(snapshot["shutdown_requested"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise journal.JournalVersionError(f"the journal does not match journal version {journal.VERSION} "
+                                              f"({type(exc).__name__}: {exc})") from None
         for container in state.plan.containers.values():
             container.last_heartbeat_millis = now
             container.launch_at = now
@@ -243,39 +444,106 @@ class MasterState:
                 op.state = OperatorState.PENDING_DEPLOY
                 state.plan.containers[op.container].pending_deploy.add(op.id)
             op.window_advanced_millis = now if op.state == OperatorState.ACTIVE else 0
-        state.event(now, "restore", f"master attempt {state.attempt} resumed from the journal: committed "
+        state._note(now, "restore", f"master attempt {state.attempt} resumed from the journal: committed "
                                     f"window {_w(state.committed)}, {len(state.plan.operators)} operators")
         return state
+
+    # ------------------------------------------------------------ the one door
+    def handle(self, event: MasterEvent) -> list[Instruction]:
+        """The one way to change the master's state: what ``event`` implies, as instructions.
+
+        Dispatches by the event's type to ``_handle_<kind>``. The heartbeat, init-context
+        and scale events are answered with a :class:`Reply` among the instructions.
+
+        Raises
+        ------
+        UnknownEvent
+            No handler for this type of event (it is never ignored).
+        UnknownContainer, appmaster.scaling.ScaleRefused
+            From the handlers of the events that may be refused; nothing changed then.
+        """
+        handler = _HANDLERS.get(type(event))
+        if handler is None:
+            raise UnknownEvent(f"MasterState has no handler for {type(event).__name__}: {event!r}")
+        return handler(self, event)
+
+    # Thin wrappers for tests and tools that drive the state directly (the master
+    # goes through handle(), under its lock, with the journal written before acting).
+    def start(self, now: int) -> list[Instruction]:
+        """``handle(Start(now))``."""
+        return self.handle(Start(now))
+
+    def heartbeat(self, hb: proto.ContainerHeartbeat, now: int
+                  ) -> tuple[proto.ContainerHeartbeatResponse, list[Instruction]]:
+        """``handle(Heartbeat(hb, now))``, split into the response and the other instructions."""
+        instructions = self.handle(Heartbeat(hb, now))
+        (response,) = [i.value for i in instructions if isinstance(i, Reply)]
+        return response, [i for i in instructions if not isinstance(i, Reply)]
+
+    def container_exited(self, container_id: str, exit_code: int | None, now: int) -> list[Instruction]:
+        """``handle(ContainerExited(container_id, exit_code, now))``."""
+        return self.handle(ContainerExited(container_id, exit_code, now))
+
+    def tick(self, now: int) -> list[Instruction]:
+        """``handle(Tick(now))``."""
+        return self.handle(Tick(now))
+
+    def kill(self, now: int) -> list[Instruction]:
+        """``handle(KillApp(now))``."""
+        return self.handle(KillApp(now))
 
     # ------------------------------------------------------------ helpers
     def attr(self, name: str) -> Any:
         return self.attributes.get(name)
 
-    def event(self, now: int, kind: str, text: str) -> None:
-        self.events.append(Event(now, kind, text))
+    def _note(self, now: int, kind: str, text: str) -> None:
+        """Add a line to the event log (from outside: the Note event)."""
+        self.events.append(LogEntry(now, kind, text))
         log.info("%s: %s", kind, text)
 
     # ------------------------------------------------------------ startup
-    _now_hint = 0
-
-    def start(self, now: int) -> list[Instruction]:
+    def _handle_start(self, ev: Start) -> list[Instruction]:
         """Ask for every planned container."""
-        self._now_hint = now
-        self.event(now, "plan", f"{len(self.plan.operators)} operators in {len(self.plan.containers)} containers")
-        return [self._launch(c) for c in self.plan.containers.values()]
+        self._note(ev.now, "plan", f"{len(self.plan.operators)} operators in "
+                                   f"{len(self.plan.containers)} containers")
+        return [self._launch(c, ev.now) for c in self.plan.containers.values()]
 
-    def _launch(self, container: PTContainer) -> LaunchContainer:
+    def _handle_adopt_containers(self, ev: AdoptContainers) -> list[Instruction]:
+        """A new attempt: take over the containers the previous master started (by the pid
+        in their process name), relaunch the pending ones the launcher cannot take over."""
+        instructions: list[Instruction] = []
+        for container in self.plan.containers.values():
+            if container.state not in _ALIVE:
+                continue
+            pid = container.process.split("@", 1)[0]
+            if ev.launcher_adopts and pid.isdigit():
+                instructions.append(AdoptContainer(container.id, int(pid)))
+            elif container.state == ContainerState.PENDING:
+                instructions.append(self._launch(container, ev.now))
+        return instructions
+
+    def _launch(self, container: PTContainer, now: int) -> LaunchContainer:
         hosts = tuple(sorted({str(self.plan.operators[o].attributes.get("LOCALITY_HOST"))
                               for o in container.operators
                               if self.plan.operators[o].attributes.get("LOCALITY_HOST")}))
-        container.state = "PENDING"
-        container.launch_at = self._now_hint
+        container.state = ContainerState.PENDING
+        container.launch_at = now
         return LaunchContainer(container.id, container.memory_mb or int(self.attr("CONTAINER_MEMORY_MB") or 1024),
                                container.vcores, hosts)
 
+    def _handle_init_context_request(self, ev: InitContextRequest) -> list[Instruction]:
+        return [Reply(self.init_context(ev.container_id))]
+
     def init_context(self, container_id: str) -> proto.StreamingContainerContext:
+        """A container's init context (a query: changes nothing).
+
+        Raises
+        ------
+        UnknownContainer
+            The plan does not know the container, or it was lost or released.
+        """
         container = self.plan.containers.get(container_id)
-        if container is None or container.state in ("LOST", "RELEASED"):
+        if container is None or container.state in _GONE:
             raise UnknownContainer(container_id)
         ctx = proto.StreamingContainerContext(
             container_id=container_id, start_window_millis=self.start_window_millis,
@@ -289,30 +557,33 @@ class MasterState:
         return ctx
 
     # ------------------------------------------------------------ heartbeat
-    def heartbeat(self, hb: proto.ContainerHeartbeat, now: int
-                  ) -> tuple[proto.ContainerHeartbeatResponse, list[Instruction]]:
-        """Process one container heartbeat; the response and the instructions it implies."""
+    def _handle_heartbeat(self, ev: Heartbeat) -> list[Instruction]:
+        """Process one container heartbeat; the response (a :class:`Reply`) and what it implies."""
+        hb, now = ev.heartbeat, ev.now
         self.heartbeats += 1
         response = proto.ContainerHeartbeatResponse(
             heartbeat_interval_millis=int(self.attr("HEARTBEAT_INTERVAL_MILLIS")))
         container = self.plan.containers.get(hb.container_id)
-        if container is None or container.state in ("LOST", "RELEASED"):
+        if container is None or container.state in _GONE:
+            if container is None:
+                log.warning("heartbeat from unknown container %r (%s): told to shut down",
+                            hb.container_id, ev.peer)
             response.shutdown = True
-            return response, []
+            return [Reply(response)]
         instructions: list[Instruction] = []
-        if container.state != "RUNNING":
-            self.event(now, "container", f"{container.id} running ({hb.jvm_name})")
-        container.state = "RUNNING"
+        if container.state != ContainerState.RUNNING:
+            self._note(now, "container", f"{container.id} running ({hb.jvm_name})")
+        container.state = ContainerState.RUNNING
         container.last_heartbeat_millis = now
         container.process = hb.jvm_name
         if hb.buffer_server_port:
             container.buffer_server = (hb.buffer_server_host, hb.buffer_server_port)
             container.host = hb.buffer_server_host
-        container.memory_used_mb = hb.memory_mb_used  # type: ignore[attr-defined]
+        container.memory_used_mb = hb.memory_mb_used
         container.publishers = {p.publisher: {"memory_bytes": p.memory_bytes, "spilled_bytes": p.spilled_bytes,
                                               "windows": p.windows, "first_window": p.first_window,
                                               "last_window": p.last_window}
-                                for p in hb.publishers}  # type: ignore[attr-defined]
+                                for p in hb.publishers}
         reported = set()
         for ohb in hb.container_stats.operators:
             reported.add(ohb.node_id)
@@ -321,7 +592,8 @@ class MasterState:
         for op_id in sorted(container.operators):
             op = self.plan.operators.get(op_id)
             if op is not None and op.state == OperatorState.ACTIVE and op_id not in reported:
-                self.event(now, "remove", f"operator {op.label} ({op_id}) missing from {container.id}'s heartbeat")
+                self._note(now, "remove", f"operator {op.label} ({op_id}) missing from "
+                                          f"{container.id}'s heartbeat")
                 self._remove_operator(op, now, reason="missing from heartbeat")
         instructions += self._update_committed(now)
         self._process_shutdown_operators(now)
@@ -329,7 +601,7 @@ class MasterState:
             self._finish("SUCCEEDED", "all operators finished", now)
         self._fill_response(container, response)
         instructions += self._maybe_finish()
-        return response, instructions
+        return [Reply(response), *instructions]
 
     def _process_operator(self, container: PTContainer, ohb: proto.OperatorHeartbeat,
                           response: proto.ContainerHeartbeatResponse, now: int) -> list[Instruction]:
@@ -337,7 +609,8 @@ class MasterState:
         if op is None or op.container != container.id:
             # an operator the plan does not place here: undeploy it
             response.undeploy_request.append(ohb.node_id)
-            self.event(now, "undeploy", f"operator {ohb.node_id} reported by {container.id} is not planned there")
+            self._note(now, "undeploy", f"operator {ohb.node_id} reported by {container.id} "
+                                        f"is not planned there")
             return []
         if op.state == OperatorState.PENDING_DEPLOY:
             return []  # a report of the incarnation being replaced (its undeploy is on the way)
@@ -365,12 +638,12 @@ class MasterState:
             op.state = OperatorState.SHUTDOWN
             op.shutdown_window = ohb.current_window_id
             self.shutdown_operators.setdefault(op.shutdown_window, []).append(op.id)
-            self.event(now, "shutdown", f"operator {op.label} ({op.id}) shut down at window "
+            self._note(now, "shutdown", f"operator {op.label} ({op.id}) shut down at window "
                                         f"{_w(op.shutdown_window)}; parked in shutdownOperators")
         elif ohb.state == proto.OperatorHeartbeat.FAILED and op.state != OperatorState.FAILED:
             op.state = OperatorState.FAILED
             op.last_error = ohb.error or op.last_error
-            self.event(now, "failed", f"operator {op.label} ({op.id}) failed: {_last_line(op.last_error)}")
+            self._note(now, "failed", f"operator {op.label} ({op.id}) failed: {_last_line(op.last_error)}")
             if ohb.fatal:
                 self._finish("FAILED", f"operator {op.label} ({op.id}) failed fatally: "
                                        f"{_last_line(op.last_error)}", now)
@@ -380,7 +653,7 @@ class MasterState:
 
     def _fill_response(self, container: PTContainer, response: proto.ContainerHeartbeatResponse) -> None:
         response.committed_window_id = self.committed
-        if self.state != "RUNNING" or container.state == "RELEASED":
+        if self.state != "RUNNING" or container.state == ContainerState.RELEASED:
             response.shutdown = True
             return
         response.undeploy_request.extend(sorted(self._undeploy.pop(container.id, ())))
@@ -398,8 +671,8 @@ class MasterState:
                 response.deploy_request.append(self.deploy_info(op))
                 op.state = OperatorState.DEPLOYING
             container.pending_deploy.clear()
-        if not container.operators and container.state == "RUNNING" and self.plan.operators:
-            container.state = "RELEASED"
+        if not container.operators and container.state == ContainerState.RUNNING and self.plan.operators:
+            container.state = ContainerState.RELEASED
             response.shutdown = True
 
     def _deployable(self, container: PTContainer) -> bool:
@@ -410,7 +683,7 @@ class MasterState:
                 if src is None or src.container == container.id:
                     continue
                 upstream = self.plan.containers.get(src.container or "")
-                if upstream is None or upstream.state != "RUNNING" or not upstream.buffer_server \
+                if upstream is None or upstream.state != ContainerState.RUNNING or not upstream.buffer_server \
                         or src.id in upstream.pending_deploy:
                     return False
         return True
@@ -523,42 +796,44 @@ class MasterState:
         if container is not None:
             container.operators.discard(op.id)
             container.pending_deploy.discard(op.id)
-            if container.state in ("RUNNING", "PENDING"):
+            if container.state in _ALIVE:
                 self._undeploy[container.id].add(op.id)
         self.removed.append({"id": op.id, "label": op.label, "window": op.shutdown_window,
                              "committed": self.committed, "reason": reason, "millis": now})
-        self.event(now, "remove", f"removed operator {op.label} ({op.id}): {reason}; committed window {_w(self.committed)}")
+        self._note(now, "remove", f"removed operator {op.label} ({op.id}): {reason}; "
+                                  f"committed window {_w(self.committed)}")
 
     # ------------------------------------------------------------ failures
-    def container_exited(self, container_id: str, exit_code: int | None, now: int) -> list[Instruction]:
+    def _handle_container_exited(self, ev: ContainerExited) -> list[Instruction]:
         """The launcher saw a container process end."""
+        container_id, exit_code, now = ev.container_id, ev.exit_code, ev.now
         container = self.plan.containers.get(container_id)
         if container is None:
             return []
-        if container.state == "RELEASED" or self.state != "RUNNING":
-            container.state = "RELEASED"
+        if container.state == ContainerState.RELEASED or self.state != "RUNNING":
+            container.state = ContainerState.RELEASED
             return self._maybe_finish()
-        if container.state == "LOST":
+        if container.state == ContainerState.LOST:
             return []
         return self._recover([container_id], now, f"container {container_id} exited with code {exit_code}")
 
-    def tick(self, now: int) -> list[Instruction]:
+    def _handle_tick(self, ev: Tick) -> list[Instruction]:
         """Clock events: heartbeat timeouts and blocked operators."""
+        now = ev.now
         if self.state != "RUNNING":
             return self._maybe_finish()
         instructions: list[Instruction] = []
         for container in self.plan.containers.values():
-            if container.state == "WAITING" and now >= container.launch_at:
-                instructions.append(self._launch(container))
+            if container.state == ContainerState.WAITING and now >= container.launch_at:
+                instructions.append(self._launch(container, now))
         timeout = int(self.attr("HEARTBEAT_TIMEOUT_MILLIS"))
-        self._now_hint = now
         for container in list(self.plan.containers.values()):
-            if container.state == "PENDING" and container.launch_at and \
+            if container.state == ContainerState.PENDING and container.launch_at and \
                     now - container.launch_at > max(2 * timeout, 60_000):
                 instructions += self._recover([container.id], now,
                                               f"{container.id} did not start within {max(2 * timeout, 60_000)} ms",
                                               kill=True)
-            if container.state == "RUNNING" and now - container.last_heartbeat_millis > timeout:
+            if container.state == ContainerState.RUNNING and now - container.last_heartbeat_millis > timeout:
                 instructions += self._recover([container.id], now,
                                               f"no heartbeat from {container.id} for {timeout} ms", kill=True)
         window_ms = int(self.attr("STREAMING_WINDOW_SIZE_MILLIS"))
@@ -567,16 +842,16 @@ class MasterState:
             if op.state == OperatorState.ACTIVE and op.window_advanced_millis \
                     and now - op.window_advanced_millis > limit and op.id not in self.blocked:
                 self.blocked.add(op.id)
-                self.event(now, "blocked", f"operator {op.label} ({op.id}) has not finished a window "
+                self._note(now, "blocked", f"operator {op.label} ({op.id}) has not finished a window "
                                            f"for {now - op.window_advanced_millis} ms; restarting its container")
                 instructions += self._recover([op.container], now, f"operator {op.label} blocked", kill=True)
         return instructions
 
-    def kill_container(self, container_id: str, now: int) -> list[Instruction]:
+    def _handle_kill_container_request(self, ev: KillContainerRequest) -> list[Instruction]:
         """Administrative kill: the container is lost and recovered."""
-        if container_id not in self.plan.containers:
-            raise UnknownContainer(container_id)
-        return [KillContainer(container_id, "killed by request")]
+        if ev.container_id not in self.plan.containers:
+            raise UnknownContainer(ev.container_id)
+        return [KillContainer(ev.container_id, "killed by request")]
 
     def _recover(self, container_ids: list[str | None], now: int, reason: str,
                  kill: bool = False) -> list[Instruction]:
@@ -585,13 +860,13 @@ class MasterState:
         lost_ops: set[int] = set()
         for cid in container_ids:
             container = self.plan.containers.get(cid or "")
-            if container is None or container.state in ("LOST", "RELEASED"):
+            if container is None or container.state in _GONE:
                 continue
-            container.state = "LOST"
+            container.state = ContainerState.LOST
             if kill:
                 instructions.append(KillContainer(container.id, reason))
             lost_ops |= container.operators
-            self.event(now, "lost", f"{container.id}: {reason}")
+            self._note(now, "lost", f"{container.id}: {reason}")
         if not lost_ops or self.state != "RUNNING":
             return instructions + self._maybe_finish()
         limit = self.attr("RECOVERY_ATTEMPTS")
@@ -609,7 +884,7 @@ class MasterState:
         for op_id in sorted(affected):
             op = self.plan.operators[op_id]
             old = self.plan.containers[op.container]
-            if old.state == "LOST":
+            if old.state == ContainerState.LOST:
                 new_id = replacements.get(old.id)
                 if new_id is None:
                     new_id = self.plan.new_container_id()
@@ -628,12 +903,12 @@ class MasterState:
             restarts = max((self.plan.operators[o].restarts for o in new.operators), default=1)
             delay = restart_backoff_millis(restarts)
             if delay:
-                new.state, new.launch_at = "WAITING", now + delay
-                self.event(now, "recover", f"{old_id} replaced by {new_id} in {delay} ms (restart {restarts})")
+                new.state, new.launch_at = ContainerState.WAITING, now + delay
+                self._note(now, "recover", f"{old_id} replaced by {new_id} in {delay} ms (restart {restarts})")
             else:
-                instructions.append(self._launch(new))
-                self.event(now, "recover", f"{old_id} replaced by {new_id}")
-        self.event(now, "recover", "redeploying " + ", ".join(
+                instructions.append(self._launch(new, now))
+                self._note(now, "recover", f"{old_id} replaced by {new_id}")
+        self._note(now, "recover", "redeploying " + ", ".join(
             f"{self.plan.operators[o].label}@{_w(self.plan.operators[o].recovery_checkpoint)}" for o in sorted(affected)))
         return instructions
 
@@ -661,29 +936,88 @@ class MasterState:
                     ids.remove(op.id)
             op.shutdown_window = None
 
-    def report_error(self, container_id: str, operators: list[int], msg: str, now: int) -> list[Instruction]:
+    def _handle_error_report(self, ev: ErrorReport) -> list[Instruction]:
+        container_id, operators, msg, now = ev.container_id, ev.operators, ev.msg, ev.now
         self.errors.append({"millis": now, "container": container_id, "operators": list(operators), "msg": msg})
-        self.event(now, "error", f"{container_id} {list(operators)}: {_last_line(msg)}")
+        self._note(now, "error", f"{container_id} {list(operators)}: {_last_line(msg)}")
         for op_id in operators:
             op = self.plan.operators.get(op_id)
             if op is not None:
                 op.last_error = msg
         return []  # recovery follows the FAILED state in the next heartbeat
 
+    # ------------------------------------------------------------ repartitioning
+    def _handle_scale_request(self, ev: ScaleRequest) -> list[Instruction]:
+        """Check the request (:func:`appmaster.scaling.plan_scale`, pure: it reads this state and
+        builds the new plan on a copy); the new partitions' checkpoints are written next."""
+        change = scaling.plan_scale(self, ev.name, ev.count)
+        if change.plan is None:
+            return [Reply(ScaleResult(change.name, change.old_count, change.count, changed=False))]
+        return [SplitCheckpoints(change, then=ScaleStatesWritten(change, ev.now, ev.source))]
+
+    def _handle_scale_states_written(self, ev: ScaleStatesWritten) -> list[Instruction]:
+        """Install a change whose checkpoints are written; reply with what was done.
+
+        Old operators get undeploy requests (their emptied containers are released in
+        their next heartbeat), the affected operators are redeployed in place, and the
+        instructions launch the new containers and delete the old partitions' checkpoints.
+        """
+        change, now = ev.change, ev.now
+        if self.journal_key() != change.base_key:
+            raise ScaleRefused(f"the application changed while repartitioning {change.name} was prepared; "
+                               f"try again", transient=True)
+        old_plan, self.plan = self.plan, change.plan
+        deletions: list[Instruction] = []
+        for rid in change.old_ids + change.old_unifiers:
+            op = old_plan.operators[rid]
+            container = self.plan.containers.get(op.container or "")
+            if container is not None and container.state in _ALIVE:
+                self._undeploy[container.id].add(rid)
+            self.removed.append({"id": rid, "label": op.label, "window": change.window,
+                                 "committed": self.committed, "millis": now,
+                                 "reason": f"repartitioned {change.name} ({change.verb})"})
+            self.window_history.pop(rid, None)
+            self.blocked.discard(rid)
+            if op.checkpoints:
+                deletions.append(DeleteCheckpoints(rid, tuple(op.checkpoints)))
+        fresh = set(change.new_ids) | set(change.new_unifiers)
+        for op_id in sorted(change.redeploy):
+            op = self.plan.operators[op_id]
+            self._redeploy_in_place(op)
+            self._reset_for_redeploy(op, change.redeploy | fresh)
+        launches = [self._launch(self.plan.containers[cid], now) for cid in change.launch]
+        result = scaling.scale_result(change, old_plan, self.plan)
+        for text in scaling.scale_messages(change, result, ev.source):
+            self._note(now, "scale", text)
+        return [*launches, *deletions, Reply(result)]
+
     # ------------------------------------------------------------ ending
-    def request_shutdown(self, now: int) -> None:
+    def _handle_shutdown_request(self, ev: ShutdownRequest) -> list[Instruction]:
         """Graceful end: ask every input operator to end its stream."""
+        now = ev.now
         self.shutdown_requested = True
         for op in self.plan.operators.values():
             if op.kind == "INPUT" and not op.inputs and op.container:  # sources, not readers of streams
                 self._node_requests[op.container].append(proto.StramToNodeRequest(
                     operator_id=op.id, request_type=proto.StramToNodeRequest.SHUTDOWN_OPERATOR))
-        self.event(now, "shutdown", "shutdown requested: ending the input operators' streams")
+        self._note(now, "shutdown", "shutdown requested: ending the input operators' streams")
+        return []
 
-    def kill(self, now: int) -> list[Instruction]:
-        self._finish("KILLED", "killed by request", now)
+    def _handle_kill_app(self, ev: KillApp) -> list[Instruction]:
+        self._finish("KILLED", "killed by request", ev.now)
         return [KillContainer(c.id, "application killed") for c in self.plan.containers.values()
-                if c.state in ("PENDING", "RUNNING")] + self._maybe_finish(force=True)
+                if c.state in _ALIVE] + self._maybe_finish(force=True)
+
+    def _handle_containers_stopped(self, ev: ContainersStopped) -> list[Instruction]:
+        """After the end: the launcher stopped what was left; Finish (once)."""
+        for container in self.plan.containers.values():
+            if container.state in _ALIVE:
+                container.state = ContainerState.RELEASED
+        return self._maybe_finish(force=True)
+
+    def _handle_note(self, ev: Note) -> list[Instruction]:
+        self._note(ev.now, ev.kind, ev.text)
+        return []
 
     def _finish(self, state: str, diagnostics: str, now: int) -> None:
         if self.state != "RUNNING":
@@ -691,13 +1025,13 @@ class MasterState:
         self.state = state
         self.diagnostics = diagnostics
         self.finished_millis = now
-        self.event(now, "finish", f"application {state}: {diagnostics}")
+        self._note(now, "finish", f"application {state}: {diagnostics}")
 
     def _maybe_finish(self, force: bool = False) -> list[Instruction]:
         """Once the application ended and no container is left running: Finish."""
-        if self.state == "RUNNING" or getattr(self, "_finish_sent", False):
+        if self.state == "RUNNING" or self._finish_sent:
             return []
-        alive = [c for c in self.plan.containers.values() if c.state in ("PENDING", "RUNNING")]
+        alive = [c for c in self.plan.containers.values() if c.state in _ALIVE]
         if alive and not force:
             return []
         self._finish_sent = True
@@ -705,7 +1039,7 @@ class MasterState:
 
     def containers_to_stop(self) -> list[str]:
         """After the application ended: containers still running."""
-        return [c.id for c in self.plan.containers.values() if c.state in ("PENDING", "RUNNING")]
+        return [c.id for c in self.plan.containers.values() if c.state in _ALIVE]
 
     # ------------------------------------------------------------ reporting
     def throughput(self, op_id: int) -> float:
@@ -759,7 +1093,7 @@ class MasterState:
             "app_path": self.app_path, "started_millis": self.started_millis,
             "finished_millis": self.finished_millis,
             "committed_window": self.committed, "committed_window_hex": _w(self.committed),
-            "containers": len([c for c in self.plan.containers.values() if c.state in ("PENDING", "RUNNING")]),
+            "containers": len([c for c in self.plan.containers.values() if c.state in _ALIVE]),
             "operators": len(ops),
             "throughput": {op.label: round(self.throughput(op.id), 1) for op in ops.values()},
             "recovery_checkpoints": {op.label: op.recovery_checkpoint for op in ops.values()},
@@ -792,11 +1126,29 @@ class MasterState:
         return [{"id": c.id, "state": c.state, "host": c.host, "process": c.process,
                  "buffer_server": f"{c.buffer_server[0]}:{c.buffer_server[1]}" if c.buffer_server else "",
                  "operators": sorted(self.plan.operators[o].label for o in c.operators if o in self.plan.operators),
-                 "memory_mb_used": getattr(c, "memory_used_mb", 0),
-                 "buffer_server_publishers": getattr(c, "publishers", {}),
+                 "memory_mb_used": c.memory_used_mb,
+                 "buffer_server_publishers": c.publishers,
                  "last_heartbeat_millis": c.last_heartbeat_millis}
                 for c in self.plan.containers.values()]
 
+
+#: Event type -> its handler: what :meth:`MasterState.handle` knows.
+_HANDLERS: dict[type[MasterEvent], Callable[[MasterState, Any], list[Instruction]]] = {
+    Start: MasterState._handle_start,
+    AdoptContainers: MasterState._handle_adopt_containers,
+    InitContextRequest: MasterState._handle_init_context_request,
+    Heartbeat: MasterState._handle_heartbeat,
+    ErrorReport: MasterState._handle_error_report,
+    ContainerExited: MasterState._handle_container_exited,
+    Tick: MasterState._handle_tick,
+    KillContainerRequest: MasterState._handle_kill_container_request,
+    KillApp: MasterState._handle_kill_app,
+    ShutdownRequest: MasterState._handle_shutdown_request,
+    ContainersStopped: MasterState._handle_containers_stopped,
+    ScaleRequest: MasterState._handle_scale_request,
+    ScaleStatesWritten: MasterState._handle_scale_states_written,
+    Note: MasterState._handle_note,
+}
 
 _DAG_ATTRIBUTES = (
     "STREAMING_WINDOW_SIZE_MILLIS", "HEARTBEAT_INTERVAL_MILLIS", "HEARTBEAT_TIMEOUT_MILLIS",

@@ -9,9 +9,10 @@ import grpc
 import pytest
 
 import proto
+from appmaster.master import Dispatcher
 from appmaster.server import MAX_MESSAGE_BYTES, UmbilicalServicer, create_server
 from appmaster.spec import AppSpec
-from appmaster.state import MasterState
+from appmaster.state import DeleteCheckpoints, Finish, KillContainer, LaunchContainer, MasterState
 
 TOKEN = "s3cret-token"
 
@@ -37,7 +38,9 @@ def umbilical():
     spec = AppSpec.from_yaml(SPEC)
     state = MasterState(spec, "app-test", "file:///tmp/app-test", TOKEN, 1_700_000_000_000, 0)
     executed = []
-    servicer = UmbilicalServicer(state, threading.RLock(), executed.extend)
+    dispatcher = Dispatcher(state, threading.RLock(), dict.fromkeys(
+        (LaunchContainer, KillContainer, DeleteCheckpoints, Finish), executed.append))
+    servicer = UmbilicalServicer(dispatcher.dispatch, TOKEN)
     server, port = create_server(servicer, host="127.0.0.1")
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     stub = proto.StreamingContainerUmbilicalStub(channel)

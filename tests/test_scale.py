@@ -24,10 +24,11 @@ import pytest
 
 import proto
 from statekit import container_heartbeat, label  # noqa: E402
-from appmaster import scaling
+from appmaster import journal, scaling
 from appmaster.plan import PUBLISHER_TAG_MASK, OperatorState, PTOperator
 from appmaster.spec import AppSpec
-from appmaster.state import DeleteCheckpoints, LaunchContainer, MasterState
+from appmaster.state import (DeleteCheckpoints, LaunchContainer, MasterState, Reply, ScaleRequest,
+                             SplitCheckpoints)
 from conftest import ROOT, read_counts, word_truth
 from container.partition import owner_of
 
@@ -136,13 +137,16 @@ class Run:
                                        for op in ops))
 
     def scale(self, name: str, count: int, states: dict | None = None):
-        """plan → split the states → apply, as AppMaster.scale does (minus the files)."""
-        change = scaling.plan_scale(self.state, name, count)
-        old = {key: (states or {}).get(key[0], {"totals": {}}) for key in change.reads}
-        written = scaling.split_states(change, old)
-        result, instructions = scaling.apply_scale(self.state, change, self.now)
+        """ScaleRequest → split the states → ScaleStatesWritten, as AppMaster.scale does (no files)."""
+        instructions = self.state.handle(ScaleRequest(name, count, self.now))
+        written = {}
+        for ins in [i for i in instructions if isinstance(i, SplitCheckpoints)]:
+            old = {key: (states or {}).get(key[0], {"totals": {}}) for key in ins.change.reads}
+            written = scaling.split_states(ins.change, old)
+            instructions = self.state.handle(ins.then)
+        (result,) = [i.value for i in instructions if isinstance(i, Reply)]
         self.state.validate_state()
-        return result.to_dict(), instructions, written
+        return result.to_dict(), [i for i in instructions if not isinstance(i, Reply)], written
 
 
 def covered_once(run: Run, name: str, source: str) -> dict[int, int]:
@@ -228,7 +232,7 @@ def test_scale_three_to_five_to_two_to_one():
     assert moved == {w: n + 1 for n, w in enumerate(words)}
     assert written[(unifier.id, run.w(5))] == {"seen": 42}   # the old unifier's state, at out's window
     # the journal carries the new plan
-    assert run.state.snapshot()["plan"] is run.state.plan
+    assert run.state.snapshot()["plan"] == journal.plan_to_doc(run.state.plan)
 
     # old containers: undeploy + shutdown in their next heartbeat; out's container: undeploy now
     for cid in sorted(old_containers):

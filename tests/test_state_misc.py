@@ -5,13 +5,13 @@ Pure: no processes, no sockets; the clock is passed in.
 
 from __future__ import annotations
 
-import pickle
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "specdata"))
 
 import proto  # noqa: E402
+from appmaster import journal  # noqa: E402
 from appmaster.plan import OperatorState  # noqa: E402
 from appmaster.spec import AppSpec  # noqa: E402
 from appmaster.state import (KillContainer, LaunchContainer, MasterState,  # noqa: E402
@@ -96,7 +96,7 @@ def test_journal_snapshot_restores_the_same_bookkeeping():
     hb.container_stats.operators.add(node_id=ids["src"], state=proto.OperatorHeartbeat.ACTIVE,
                                      current_window_id=base + 12, saved_checkpoints=[base + 10])
     state.heartbeat(hb, T0 + 100)
-    snapshot = pickle.loads(pickle.dumps(state.snapshot()))
+    snapshot = journal.decode(journal.encode(state.snapshot()))
     restored = MasterState.restore(AppSpec.from_yaml(SPEC), snapshot, "file:///tmp/misc", "tok", T0 + 5_000)
     assert restored.attempt == 2
     assert restored.committed == state.committed

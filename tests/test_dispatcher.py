@@ -1,0 +1,148 @@
+"""The one door into the master's state: events in, instructions out, nothing dropped.
+
+:class:`appmaster.master.Dispatcher` takes the lock, has ``MasterState.handle``
+decide, writes the journal, then carries out the instructions. Pure: fake states
+and recorded actions; the AppMaster tests use a fake launcher and ``tmp_path``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+import pytest
+
+from appmaster import state as state_mod
+from appmaster.master import AppMaster, Dispatcher
+from appmaster.spec import AppSpec
+from appmaster.state import (Instruction, KillContainer, LaunchContainer, MasterEvent, MasterState,
+                             Note, Reply, SplitCheckpoints, Tick, UnknownEvent, UnknownInstruction)
+
+SPEC = """
+name: door
+operators:
+  reader: {class: "container.operators.io:LineReader", properties: {path: x.txt}}
+  out: {class: "container.operators.io:JsonLinesOutput", properties: {path: /tmp/x}}
+streams:
+  lines: {from: reader.output, to: [out.input]}
+"""
+
+
+@dataclass(frozen=True)
+class Bogus(Instruction):
+    """An instruction no action carries out."""
+
+
+@dataclass(frozen=True)
+class Stray(MasterEvent):
+    """An event no handler knows."""
+
+
+class ScriptedState:
+    """A stand-in for MasterState: answers each event type with a scripted list of instructions."""
+
+    def __init__(self, script) -> None:  # noqa: ANN001
+        self.script = script
+        self.handled: list[MasterEvent] = []
+
+    def handle(self, event: MasterEvent) -> list[Instruction]:
+        self.handled.append(event)
+        return list(self.script[type(event)])
+
+
+def door(script, **kw):  # noqa: ANN001, ANN003
+    """A Dispatcher over a scripted state; (dispatcher, what happened in order)."""
+    log: list = []
+    actions = {LaunchContainer: lambda ins: log.append(("launch", ins.container_id)),
+               KillContainer: lambda ins: log.append(("kill", ins.container_id)),
+               **kw.pop("actions", {})}
+    dispatcher = Dispatcher(ScriptedState(script), kw.pop("lock", threading.RLock()), actions,
+                            journal=lambda: log.append(("journal",)))
+    return dispatcher, log
+
+
+def test_journal_is_written_before_anything_is_carried_out_and_the_reply_returned():
+    dispatcher, log = door({Tick: [LaunchContainer("c1", 1024, 1), Reply("answer"), KillContainer("c2")]})
+    assert dispatcher.dispatch(Tick(5)) == "answer"
+    assert log == [("journal",), ("launch", "c1"), ("kill", "c2")]
+    assert dispatcher.state.handled == [Tick(5)]
+
+
+def test_an_unknown_instruction_raises_and_nothing_is_carried_out():
+    dispatcher, log = door({Tick: [LaunchContainer("c1", 1024, 1), Bogus()]})
+    with pytest.raises(UnknownInstruction, match=r"no action carries out Bogus \(Bogus\(\)\); known: "
+                                                 r"KillContainer, LaunchContainer"):
+        dispatcher.dispatch(Tick(5))
+    assert log == []  # not even the launch before it, and no journal
+
+
+def test_an_unknown_event_raises_in_the_state_and_through_the_door():
+    state = MasterState(AppSpec.from_yaml(SPEC), "app-door", "file:///tmp/app-door", "tok", 0, 0)
+    with pytest.raises(UnknownEvent, match="MasterState has no handler for Stray"):
+        state.handle(Stray())
+    with pytest.raises(UnknownEvent, match="no handler for object"):
+        state.handle(object())  # type: ignore[arg-type]
+    journaled = []
+    dispatcher = Dispatcher(state, threading.RLock(), {}, journal=lambda: journaled.append(1))
+    with pytest.raises(UnknownEvent):
+        dispatcher.dispatch(Stray())
+    assert journaled == []
+
+
+def test_every_event_has_a_handler_and_every_instruction_an_action(tmp_path):
+    events = {cls for cls in vars(state_mod).values()
+              if isinstance(cls, type) and issubclass(cls, MasterEvent) and cls is not MasterEvent}
+    assert events == set(state_mod._HANDLERS)
+    master = AppMaster(AppSpec.from_yaml(SPEC), "app-door", f"file://{tmp_path}", "tok", FakeLauncher())
+    instructions = {cls for cls in vars(state_mod).values()
+                    if isinstance(cls, type) and issubclass(cls, Instruction) and cls is not Instruction}
+    assert instructions - {Reply} == set(master.dispatcher.actions)
+
+
+def test_split_checkpoints_runs_under_the_lock_before_the_event_it_names():
+    lock = threading.Lock()
+    seen = []
+    then = Note(7, "scale", "written")
+    dispatcher, log = door({Tick: [SplitCheckpoints(change="the change", then=then)],
+                            Note: [LaunchContainer("c3", 1024, 1), Reply("done")]},
+                           lock=lock,
+                           actions={SplitCheckpoints: lambda ins: seen.append((ins.change, lock.locked()))})
+    assert dispatcher.dispatch(Tick(5)) == "done"
+    assert seen == [("the change", True)]
+    assert dispatcher.state.handled == [Tick(5), then]
+    assert log == [("journal",), ("launch", "c3")]
+
+
+def test_a_failing_action_is_logged_and_the_others_still_run(caplog):
+    def broken(ins):  # noqa: ANN001, ANN202
+        raise OSError("launcher down")
+    dispatcher, log = door({Tick: [LaunchContainer("c1", 1024, 1), KillContainer("c2")]},
+                           actions={LaunchContainer: broken})
+    with caplog.at_level(logging.ERROR, logger="appmaster"):
+        assert dispatcher.dispatch(Tick(5)) is None
+    assert log == [("journal",), ("kill", "c2")]
+    assert "could not carry out LaunchContainer" in caplog.text
+
+
+class FakeLauncher:
+    def __init__(self) -> None:
+        self.launched: list[str] = []
+
+    def launch(self, request) -> None:  # noqa: ANN001
+        self.launched.append(request.container_id)
+
+    def kill(self, container_id: str) -> None:
+        pass
+
+
+def test_the_master_refuses_an_unknown_instruction(tmp_path):
+    master = AppMaster(AppSpec.from_yaml(SPEC), "app-door", f"file://{tmp_path}", "tok", FakeLauncher())
+    master.state.handle = lambda event: [LaunchContainer("container_000001", 1024, 1), Bogus()]
+    with pytest.raises(UnknownInstruction, match="no action carries out Bogus"):
+        master.dispatch(Tick(5))
+    assert master.launcher.launched == []
+    # the real events go through
+    master.state.handle = MasterState.handle.__get__(master.state)
+    master.dispatch(state_mod.Start(0))
+    assert sorted(master.launcher.launched) == sorted(master.state.plan.containers)
