@@ -585,8 +585,8 @@ def _input_rate(state: StateView, op_id: int) -> float:
     history = state.window_history.get(op_id)
     if not history or len(history) < 2:
         return 0.0
-    span = (history[-1][3] - history[0][3]) / 1000
-    return sum(h[1] for h in list(history)[1:]) / span if span > 0 else 0.0
+    span = (history[-1].end_millis - history[0].end_millis) / 1000
+    return sum(h.tuples_in for h in list(history)[1:]) / span if span > 0 else 0.0
 
 
 def _labels(rows: list[dict[str, Any]]) -> str:

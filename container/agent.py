@@ -30,6 +30,7 @@ from container.bufferserver.client import Subscriber
 from container.bufferserver.protocol import MessageType
 from container.bufferserver.server import BufferServer
 from container.codec import get_codec
+from container.windows import initial_window
 from container.engine import (BEGIN_WINDOW, CHECKPOINT, DATA, END_STREAM, END_WINDOW,
                               DirectSink, Node, NodeState, PublisherSink, QueueSink, load_class)
 from container.operator import OperatorContext
@@ -345,7 +346,7 @@ class Agent:
             setattr(operator, key, json.loads(value))
         attrs = {k: json.loads(v) for k, v in info.context_attributes.items()}
         checkpoint = info.checkpoint.window_id
-        start = ((ctx.start_window_millis // 1000) << 32) - 1
+        start = initial_window(ctx.start_window_millis)
         if checkpoint > start:
             data = fs.read_bytes(apppath.checkpoint(self.app_path, info.id, checkpoint))
             operator.set_state(pickle.loads(data))

@@ -32,6 +32,7 @@ from typing import Any, Callable
 from container import fs
 from container.codec import get_codec
 from container.refs import load_reference
+from container.windows import is_checkpoint_window, window_millis
 from container.operator import (FatalError, InputOperator, Operator, OperatorContext,
                                 ShutdownException, input_ports, output_ports)
 from container.partition import default_key, partition_hash
@@ -51,19 +52,6 @@ ARROW_BATCH_SIZE = 16
 MAX_PAYLOAD_BYTES = 32 << 20
 #: Bound of a node's input queue, in messages (batches or control tuples).
 QUEUE_CAPACITY = 256
-
-
-def window_index(window_id: int) -> int:
-    return window_id & 0xFFFFFFFF
-
-
-def window_millis(window_id: int, window_size: int) -> int:
-    """Nominal start time of a window."""
-    return (window_id >> 32) * 1000 + window_index(window_id) * window_size
-
-
-def is_checkpoint_window(window_id: int, count: int) -> bool:
-    return (window_index(window_id) + 1) % max(count, 1) == 0
 
 
 def load_class(class_name: str) -> type:

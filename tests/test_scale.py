@@ -25,6 +25,7 @@ import pytest
 import proto
 from statekit import container_heartbeat, label  # noqa: E402
 from appmaster import journal, scaling
+from appmaster.reports import WindowSample
 from appmaster.plan import PUBLISHER_TAG_MASK, OperatorState, PTOperator
 from appmaster.spec import AppSpec
 from appmaster.state import (DeleteCheckpoints, LaunchContainer, MasterState, Reply, ScaleRequest,
@@ -426,7 +427,7 @@ def test_stats_view_is_a_read_only_snapshot_and_the_example_listener_scales_coun
     run.deploy()
     (count,) = run.ops("count")
     for k in range(1, 6):  # 5 windows of 3000 words in 0.5 s each: 6000 words/s in
-        run.state.window_history[count.id].append((run.w(k), 3000, 1000, k * 500, 0, {}))
+        run.state.window_history[count.id].append(WindowSample(run.w(k), 3000, 1000, k * 500, 0, {}))
     view = scaling.stats_view(run.state)
     stats = view["count"]
     assert (stats.partitions, stats.active, stats.input_tuples_per_sec) == (1, 1, 6000.0)
@@ -475,7 +476,7 @@ def test_master_applies_the_listener_through_the_scale_path(tmp_path, monkeypatc
     totals = {w: i + 1 for i, w in enumerate(["call", "me", "ishmael", "whale", "sea"])}
     ckpt.write_bytes(pickle.dumps({"totals": totals}))
     for k in range(1, 6):
-        m.state.window_history[count.id].append((run.w(k), 3000, 1000, k * 500, 0, {}))
+        m.state.window_history[count.id].append(WindowSample(run.w(k), 3000, 1000, k * 500, 0, {}))
     monkeypatch.setattr(autoscale, "WORDS_PER_PARTITION", 2500.0)
     done = m.poll_stats_listener()
     assert [(d["operator"], d["from"], d["to"]) for d in done] == [("count", 1, 3)]

@@ -1,0 +1,101 @@
+"""What the master tells agents: a container's init context and an operator's deploy info.
+
+A mixin of :class:`~appmaster.state.MasterState`: both are built from the
+plan (placements, buffer servers, partition masks, recovery checkpoints).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import proto
+from appmaster.events import UnknownContainer
+from appmaster.plan import PTOperator
+from appmaster.recovery import GONE
+
+__all__ = ["DAG_ATTRIBUTES", "DeployMessages"]
+
+#: The DAG attributes sent in every init context (an agent takes any other from the attribute table).
+DAG_ATTRIBUTES = (
+    "STREAMING_WINDOW_SIZE_MILLIS", "HEARTBEAT_INTERVAL_MILLIS", "HEARTBEAT_TIMEOUT_MILLIS",
+    "CHECKPOINT_WINDOW_COUNT", "TIMEOUT_WINDOW_COUNT", "PROCESSING_MODE", "RECOVERY_ATTEMPTS",
+    "BUFFER_MEMORY_MB", "BUFFER_SPOOLING", "CONTAINERS_MAX_COUNT", "CONTAINER_MEMORY_MB",
+    "BLOCK_INTERVAL_MILLIS", "RECEIVER_WAL", "RECEIVER_MAX_RESTARTS", "DEBUG",
+)
+
+_LOCALITY = {"THREAD_LOCAL": proto.THREAD_LOCAL, "CONTAINER_LOCAL": proto.CONTAINER_LOCAL}
+_OP_TYPE = proto.OperatorDeployInfo.OperatorType
+_OP_TYPE = proto.OperatorDeployInfo.OperatorType
+
+
+class DeployMessages:
+    """The messages to agents that :class:`~appmaster.state.MasterState` builds."""
+
+    plan: Any
+    token: str
+
+    def init_context(self, container_id: str) -> proto.StreamingContainerContext:
+        """A container's init context (a query: changes nothing).
+
+        Raises
+        ------
+        UnknownContainer
+            The plan does not know the container, or it was lost or released.
+        """
+        container = self.plan.containers.get(container_id)
+        if container is None or container.state in GONE:
+            raise UnknownContainer(container_id)
+        ctx = proto.StreamingContainerContext(
+            container_id=container_id, start_window_millis=self.start_window_millis,
+            heartbeat_interval_millis=int(self.attr("HEARTBEAT_INTERVAL_MILLIS")),
+            streaming_window_size_millis=int(self.attr("STREAMING_WINDOW_SIZE_MILLIS")),
+            checkpoint_window_count=int(self.attr("CHECKPOINT_WINDOW_COUNT")),
+            deploy_buffer_server=True, app_id=self.app_id, app_name=self.spec.name,
+            app_path=self.app_path, buffer_server_token=self.token.encode())
+        for name, value in self.attributes.items():
+            ctx.attributes[name] = json.dumps(value)
+        return ctx
+
+    def deploy_info(self, op: PTOperator) -> proto.OperatorDeployInfo:
+        """The deploy request for one operator (its inputs' sources must be placed)."""
+        plan = self.plan
+        op_type = {"INPUT": _OP_TYPE.Value("INPUT"), "GENERIC": _OP_TYPE.Value("GENERIC"),
+                   "UNIFIER": _OP_TYPE.Value("UNIFIER"), "OIO": _OP_TYPE.Value("OIO")}[op.kind]
+        info = proto.OperatorDeployInfo(id=op.id, type=op_type, name=op.name, class_name=op.class_name,
+                                        partition_index=op.partition_index,
+                                        partition_count=op.partition_count)
+        info.checkpoint.window_id = op.recovery_checkpoint
+        for k, v in op.properties.items():
+            info.properties[k] = json.dumps(v)
+        for k, v in op.attributes.items():
+            info.context_attributes[k] = json.dumps(v)
+        if op.resume_window > op.recovery_checkpoint + 1:
+            info.context_attributes["RESUME_FROM_WINDOW"] = json.dumps(op.resume_window)
+        token = self.token.encode()
+        for inp in op.inputs:
+            src = plan.operators[inp.source_id]
+            d = info.inputs.add(port_name=inp.port, declared_stream_id=inp.stream,
+                                source_node_id=inp.source_id, source_port_name=inp.source_port)
+            d.stream_codecs[0] = inp.codec
+            if src.container == op.container:
+                d.locality = _LOCALITY["THREAD_LOCAL" if inp.locality == "THREAD_LOCAL" and op.kind == "OIO"
+                                       else "CONTAINER_LOCAL"]
+            else:
+                host, port = plan.containers[src.container].buffer_server or ("", 0)
+                d.buffer_server_host, d.buffer_server_port, d.buffer_server_token = host, port, token
+                d.partition_mask = inp.partition_mask
+                d.partition_keys.extend(inp.partition_keys)
+        for port, stream in op.outputs.items():
+            subscribers = [(d, i) for d in plan.downstream(op.id)
+                           for i in plan.operators[d].inputs if i.source_id == op.id and i.source_port == port]
+            remote = any(plan.operators[d].container != op.container for d, _ in subscribers)
+            tag_mask = plan.output_mask(op.id, port)
+            op.publisher_masks[port] = tag_mask  # what the running publisher tags with (scaling reads it)
+            out = info.outputs.add(port_name=port, declared_stream_id=stream, remote=remote,
+                                   partition_mask=tag_mask)
+            if remote:
+                host, bport = plan.containers[op.container].buffer_server or ("", 0)
+                out.buffer_server_host, out.buffer_server_port, out.buffer_server_token = host, bport, token
+            out.stream_codecs[0] = subscribers[0][1].codec if subscribers else "pickle"
+        return info

@@ -1,0 +1,172 @@
+"""How :class:`~appmaster.state.MasterState` handles failures: lost containers, timeouts, errors, redeploys.
+
+A mixin of :class:`~appmaster.state.MasterState` (it works on the state's
+plan and bookkeeping): a container that exited, stopped heartbeating or was
+killed, or an operator that failed, has its operators, everything downstream
+and their container-local upstream redeployed from their recovery
+checkpoints, with exponential backoff and the RECOVERY_ATTEMPTS limit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from appmaster.events import ContainerExited, ErrorReport, KillContainerRequest, Tick, UnknownContainer
+from appmaster.instructions import Instruction, KillContainer
+from appmaster.plan import ContainerState, OperatorState, PTContainer, PTOperator, affected_operators
+from appmaster.reports import last_line, window_hex
+from appmaster.rules import restart_backoff_millis
+
+__all__ = ["Recovery"]
+
+#: Containers that will never run operators again.
+GONE = (ContainerState.LOST, ContainerState.RELEASED)
+
+
+class Recovery:
+    """Failure handling of :class:`~appmaster.state.MasterState` (its ``_handle_*`` for failures)."""
+
+    plan: Any
+    state: str
+
+    def _handle_container_exited(self, ev: ContainerExited) -> list[Instruction]:
+        """The launcher saw a container process end."""
+        container_id, exit_code, now = ev.container_id, ev.exit_code, ev.now
+        container = self.plan.containers.get(container_id)
+        if container is None:
+            return []
+        if container.state == ContainerState.RELEASED or self.state != "RUNNING":
+            container.state = ContainerState.RELEASED
+            return self._maybe_finish()
+        if container.state == ContainerState.LOST:
+            return []
+        return self._recover([container_id], now, f"container {container_id} exited with code {exit_code}")
+
+    def _handle_tick(self, ev: Tick) -> list[Instruction]:
+        """Clock events: heartbeat timeouts and blocked operators."""
+        now = ev.now
+        if self.state != "RUNNING":
+            return self._maybe_finish()
+        instructions: list[Instruction] = []
+        for container in self.plan.containers.values():
+            if container.state == ContainerState.WAITING and now >= container.launch_at:
+                instructions.append(self._launch(container, now))
+        timeout = int(self.attr("HEARTBEAT_TIMEOUT_MILLIS"))
+        for container in list(self.plan.containers.values()):
+            if container.state == ContainerState.PENDING and container.launch_at and \
+                    now - container.launch_at > max(2 * timeout, 60_000):
+                instructions += self._recover([container.id], now,
+                                              f"{container.id} did not start within {max(2 * timeout, 60_000)} ms",
+                                              kill=True)
+            if container.state == ContainerState.RUNNING and now - container.last_heartbeat_millis > timeout:
+                instructions += self._recover([container.id], now,
+                                              f"no heartbeat from {container.id} for {timeout} ms", kill=True)
+        window_ms = int(self.attr("STREAMING_WINDOW_SIZE_MILLIS"))
+        for op in list(self.plan.operators.values()):
+            limit = int(op.attributes.get("TIMEOUT_WINDOW_COUNT") or self.attr("TIMEOUT_WINDOW_COUNT")) * window_ms
+            if op.state == OperatorState.ACTIVE and op.window_advanced_millis \
+                    and now - op.window_advanced_millis > limit and op.id not in self.blocked:
+                self.blocked.add(op.id)
+                self._note(now, "blocked", f"operator {op.label} ({op.id}) has not finished a window "
+                                           f"for {now - op.window_advanced_millis} ms; restarting its container")
+                instructions += self._recover([op.container], now, f"operator {op.label} blocked", kill=True)
+        return instructions
+
+    def _handle_kill_container_request(self, ev: KillContainerRequest) -> list[Instruction]:
+        """Administrative kill: the container is lost and recovered."""
+        if ev.container_id not in self.plan.containers:
+            raise UnknownContainer(ev.container_id)
+        return [KillContainer(ev.container_id, "killed by request")]
+
+    def _recover(self, container_ids: list[str | None], now: int, reason: str,
+                 kill: bool = False) -> list[Instruction]:
+        """Redeploy what lost containers held, and what depends on it, from recovery checkpoints."""
+        instructions: list[Instruction] = []
+        lost_ops: set[int] = set()
+        for cid in container_ids:
+            container = self.plan.containers.get(cid or "")
+            if container is None or container.state in GONE:
+                continue
+            container.state = ContainerState.LOST
+            if kill:
+                instructions.append(KillContainer(container.id, reason))
+            lost_ops |= container.operators
+            self._note(now, "lost", f"{container.id}: {reason}")
+        if not lost_ops or self.state != "RUNNING":
+            return instructions + self._maybe_finish()
+        limit = self.attr("RECOVERY_ATTEMPTS")
+        for op_id in sorted(lost_ops):
+            op = self.plan.operators[op_id]
+            op.restarts += 1
+            op_limit = op.attributes.get("RECOVERY_ATTEMPTS", limit)
+            if op_limit is not None and op.restarts > int(op_limit):
+                self._finish("FAILED", f"operator {op.label} ({op.id}) failed {op.restarts} times "
+                                       f"(RECOVERY_ATTEMPTS={op_limit}); last error: "
+                                       f"{op.last_error or reason}", now)
+                return instructions + self._maybe_finish()
+        affected = affected_operators(self.plan, lost_ops)
+        replacements: dict[str, str] = {}
+        for op_id in sorted(affected):
+            op = self.plan.operators[op_id]
+            old = self.plan.containers[op.container]
+            if old.state == ContainerState.LOST:
+                new_id = replacements.get(old.id)
+                if new_id is None:
+                    new_id = self.plan.new_container_id()
+                    self.plan.containers[new_id] = PTContainer(id=new_id)
+                    replacements[old.id] = new_id
+                self.plan.assign(op_id, new_id)
+            else:
+                self._redeploy_in_place(op)
+            self._reset_for_redeploy(op, affected)
+        for window in [w for w, ids in self.shutdown_operators.items() if not ids]:
+            self.shutdown_operators.pop(window)
+        for old_id, new_id in replacements.items():
+            self.plan.containers[old_id].operators.clear()
+            self.plan.containers[old_id].pending_deploy.clear()
+            new = self.plan.containers[new_id]
+            restarts = max((self.plan.operators[o].restarts for o in new.operators), default=1)
+            delay = restart_backoff_millis(restarts)
+            if delay:
+                new.state, new.launch_at = ContainerState.WAITING, now + delay
+                self._note(now, "recover", f"{old_id} replaced by {new_id} in {delay} ms (restart {restarts})")
+            else:
+                instructions.append(self._launch(new, now))
+                self._note(now, "recover", f"{old_id} replaced by {new_id}")
+        self._note(now, "recover", "redeploying " + ", ".join(
+            f"{self.plan.operators[o].label}@{window_hex(self.plan.operators[o].recovery_checkpoint)}" for o in sorted(affected)))
+        return instructions
+
+    def _redeploy_in_place(self, op: PTOperator) -> None:
+        """Undeploy ``op`` in its surviving container now, reset its publishers, deploy it again."""
+        container = self.plan.containers[op.container or ""]
+        self._undeploy[container.id].add(op.id)
+        self._resets[container.id].update(f"{op.id}.{port}" for port in op.outputs)
+        container.pending_deploy.add(op.id)
+
+    def _reset_for_redeploy(self, op: PTOperator, affected: set[int]) -> None:
+        """An operator about to be deployed again resumes from its recovery checkpoint."""
+        op.state = OperatorState.PENDING_DEPLOY
+        if op.attributes.get("PROCESSING_MODE", self.attr("PROCESSING_MODE")) == "AT_MOST_ONCE":
+            # skip what was missed: resume after the newest window any upstream finished
+            latest = [self.plan.operators[u].current_window for u in self.plan.upstream(op.id)
+                      if u not in affected]
+            op.resume_window = max(latest, default=0) + 1 if latest else 0
+        op.checkpoints = [c for c in op.checkpoints if c <= op.recovery_checkpoint]
+        op.current_window = op.recovery_checkpoint
+        op.window_advanced_millis = 0
+        if op.shutdown_window is not None:
+            for ids in self.shutdown_operators.values():
+                if op.id in ids:
+                    ids.remove(op.id)
+            op.shutdown_window = None
+
+    def _handle_error_report(self, ev: ErrorReport) -> list[Instruction]:
+        container_id, operators, msg, now = ev.container_id, ev.operators, ev.msg, ev.now
+        self.errors.append({"millis": now, "container": container_id, "operators": list(operators), "msg": msg})
+        self._note(now, "error", f"{container_id} {list(operators)}: {last_line(msg)}")
+        for op_id in operators:
+            op = self.plan.operators.get(op_id)
+            if op is not None:
+                op.last_error = msg
+        return []  # recovery follows the FAILED state in the next heartbeat
