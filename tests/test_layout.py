@@ -1,4 +1,4 @@
-"""The code's layout holds: the library never imports the CLI, and no import circles."""
+"""The code's layout holds: the library never imports the CLI, no import circles, small modules that say what they hold."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import sys
 from conftest import ROOT
 
 PACKAGES = ("appmaster", "container", "proto", "scripts")
+#: The most lines a module of the product may have; beyond it, split it by responsibility.
+MAX_LINES = 600
 
 
 def _modules() -> dict[str, str]:
@@ -93,3 +95,17 @@ def test_the_library_never_imports_the_cli():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
+
+def _product_modules() -> dict[str, str]:
+    return {name: path for name, path in _modules().items() if not name.endswith(("_pb2", "_pb2_grpc"))}
+
+
+def test_modules_stay_small():
+    big = {name: n for name, path in _product_modules().items() if (n := sum(1 for _ in open(path))) > MAX_LINES}
+    assert big == {}, f"modules over {MAX_LINES} lines: {big}"
+
+
+def test_every_module_opens_with_its_purpose():
+    missing = sorted(name for name, path in _product_modules().items()
+                     if not ast.get_docstring(ast.parse(open(path).read(), path)))
+    assert missing == []
