@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 
-from container import fs
+from container import apppath, fs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,28 +24,28 @@ def main(argv: list[str] | None = None) -> int:
               "start applications with `stram launch`", file=sys.stderr)
         return 2
     log_dir = os.environ.get("STRAM_LOG_DIR") or (
-        os.path.join(fs.resolve(args.app_path)[1], "logs") if "://" not in args.app_path
-        or args.app_path.startswith("file://") else "logs")
+        os.path.join(fs.resolve(args.app_path)[1], apppath.LOGS) if "://" not in args.app_path
+        or args.app_path.startswith("file://") else apppath.LOGS)
     os.makedirs(log_dir, exist_ok=True)
     logging.basicConfig(level=os.environ.get("STRAM_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         handlers=[logging.FileHandler(os.path.join(log_dir, "master.log")),
                                   logging.StreamHandler()])
-    from appmaster.journal import JournalVersionError
+    from appmaster.errors import StramError
     from appmaster.master import AppMaster, install_signal_handlers
     from appmaster.spec import AppSpec
-    spec = AppSpec.from_yaml(fs.read_bytes(fs.join(args.app_path, "spec.yaml")).decode(),
-                             source=fs.join(args.app_path, "spec.yaml"))
-    if args.launcher == "yarn":
-        from appmaster.yarn import YarnLauncher
-        launcher = YarnLauncher.from_current()
-    else:
-        from appmaster.launcher import LocalLauncher
-        launcher = LocalLauncher(log_dir)
     try:
+        spec_uri = apppath.file(args.app_path, apppath.SPEC)
+        spec = AppSpec.from_yaml(fs.read_bytes(spec_uri).decode(), source=spec_uri)
+        if args.launcher == "yarn":
+            from appmaster.yarn import YarnLauncher
+            launcher = YarnLauncher.from_current()
+        else:
+            from appmaster.launcher import LocalLauncher
+            launcher = LocalLauncher(log_dir)
         master = AppMaster(spec, args.app_id, args.app_path, token, launcher)
-    except JournalVersionError as exc:  # a journal this stram cannot resume from
-        logging.getLogger("appmaster").error("cannot resume application %s: %s", args.app_id, exc)
+    except StramError as exc:  # a bad spec, no YARN container, a journal this stram cannot resume from
+        logging.getLogger("appmaster").error("cannot run application %s: %s", args.app_id, exc)
         return 1
     install_signal_handlers(master)
     state = master.run()

@@ -33,8 +33,9 @@ import dataclasses
 import json
 from typing import Any, Callable
 
+from appmaster.errors import StramError
 from appmaster.plan import ContainerState, OperatorState, PhysicalPlan, PTContainer, PTInput, PTOperator
-from container import fs
+from container import apppath, fs
 
 __all__ = ["VERSION", "JournalVersionError", "journal_uri", "encode", "decode", "check_version",
            "write_journal", "read_journal", "plan_to_doc", "plan_from_doc"]
@@ -46,14 +47,14 @@ VERSION = 1
 _PICKLE_PROTO = b"\x80"
 
 
-class JournalVersionError(Exception):
+class JournalVersionError(StramError):
     """A journal this stram cannot read: a newer or unknown version, a legacy pickle, or
     not a journal at all. The message says what was found and which version this stram reads."""
 
 
 def journal_uri(app_path: str) -> str:
     """Where an application's journal lives."""
-    return fs.join(app_path, "journal", "snapshot")
+    return apppath.journal(app_path)
 
 
 # ---------------------------------------------------------------- bytes

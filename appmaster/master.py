@@ -30,7 +30,7 @@ from appmaster.state import (AdoptContainer, AdoptContainers, ContainerExited, C
                              DeleteCheckpoints, Finish, Instruction, KillApp, KillContainer,
                              LaunchContainer, MasterEvent, MasterState, Note, Reply, ScaleRequest,
                              ShutdownRequest, SplitCheckpoints, Start, Tick, UnknownInstruction)
-from container import fs
+from container import apppath, fs
 
 log = logging.getLogger("appmaster")
 
@@ -178,7 +178,7 @@ class AppMaster:
 
     def _delete_checkpoints(self, ins: DeleteCheckpoints) -> None:
         for window in ins.windows:
-            fs.delete(fs.join(self.app_path, "checkpoints", str(ins.operator_id), str(window)))
+            fs.delete(apppath.checkpoint(self.app_path, ins.operator_id, window))
 
     def _finish(self, ins: Finish) -> None:
         self.final = ins
@@ -232,7 +232,7 @@ class AppMaster:
 
     def _read_checkpoint(self, op_id: int, window: int) -> dict[str, Any]:
         import pickle
-        uri = fs.join(self.app_path, "checkpoints", str(op_id), str(window))
+        uri = apppath.checkpoint(self.app_path, op_id, window)
         try:
             return pickle.loads(fs.read_bytes(uri))
         except Exception as exc:  # noqa: BLE001 - a missing or unreadable file refuses the change
@@ -241,7 +241,7 @@ class AppMaster:
 
     def _write_checkpoint(self, op_id: int, window: int, state: dict[str, Any]) -> None:
         import pickle
-        uri = fs.join(self.app_path, "checkpoints", str(op_id), str(window))
+        uri = apppath.checkpoint(self.app_path, op_id, window)
         try:
             fs.write_atomic(uri, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
         except OSError as exc:
@@ -297,10 +297,10 @@ class AppMaster:
         register = getattr(self.launcher, "register_ui", None)
         if register is not None:
             register(self.admin_url)
-        fs.write_atomic(fs.join(self.app_path, "admin.json"), json.dumps(
+        fs.write_atomic(apppath.file(self.app_path, apppath.ADMIN), json.dumps(
             {"url": self.admin_url, "pid": os.getpid(), "host": self.host}).encode())
         # containers find the master here; written last, once everything serves
-        fs.write_atomic(fs.join(self.app_path, "heartbeatUri"), f"{self.host}:{self.port}".encode())
+        fs.write_atomic(apppath.file(self.app_path, apppath.HEARTBEAT_URI), f"{self.host}:{self.port}".encode())
         log.info("application %s: umbilical at %s:%d, admin API at %s", self.app_id, self.host,
                  self.port, self.admin_url)
         if self.state.attempt == 1:
@@ -376,7 +376,7 @@ class AppMaster:
         status["admin_url"] = self.admin_url
         status["pid"] = os.getpid()
         try:
-            fs.write_atomic(fs.join(self.app_path, "status.json"), json.dumps(status).encode())
+            fs.write_atomic(apppath.file(self.app_path, apppath.STATUS), json.dumps(status).encode())
         except OSError:
             log.exception("could not write status.json")
 

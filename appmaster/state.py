@@ -374,12 +374,18 @@ class MasterState(DeployMessages, Recovery, StateReports):
         response.undeploy_request.extend(sorted(self._undeploy.pop(container.id, ())))
         response.reset_publishers.extend(sorted(self._resets.pop(container.id, ())))
         response.node_requests.extend(self._node_requests.pop(container.id, []))
+        reads_itself = False
         for op_id in container.operators:
             op = self.plan.operators.get(op_id)
             if op is not None and op.kind == "INPUT" and op.inputs:  # reads its inputs itself
+                reads_itself = True
                 for src in op.source_ids:
                     if src in self.plan.operators:
                         response.upstream_windows[src] = self.plan.operators[src].current_window
+        if reads_itself:
+            for entry in self.removed:
+                if entry["window"] is not None:  # removed after it shut down: its stream ended there
+                    response.ended_upstreams[entry["id"]] = entry["window"]
         if container.pending_deploy and self._deployable(container):
             for op_id in sorted(container.pending_deploy):
                 op = self.plan.operators[op_id]

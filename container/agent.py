@@ -33,7 +33,7 @@ from container.codec import get_codec
 from container.windows import initial_window
 from container.engine import (BEGIN_WINDOW, CHECKPOINT, DATA, END_STREAM, END_WINDOW,
                               DirectSink, Node, NodeState, PublisherSink, QueueSink, load_class)
-from container.operator import OperatorContext
+from container.operator import InputConnection, OperatorContext
 
 log = logging.getLogger("container.agent")
 
@@ -103,6 +103,8 @@ class Agent:
         self._reported_shutdown: set[int] = set()
         #: Last windows of upstream operators, for operators reading their inputs themselves.
         self.upstream_windows: dict[int, int] = {}
+        #: upstream operator id -> the last window of its stream, once it ended (from the master)
+        self.ended_upstreams: dict[int, int] = {}
         self.committed = -1
         self.buffer_server: BufferServer | None = None
         self.buffer_address = ("", 0)
@@ -258,6 +260,7 @@ class Agent:
             self.interval = r.heartbeat_interval_millis / 1000
         # replaced every time: upstream operators that were removed must disappear
         self.upstream_windows = dict(r.upstream_windows)
+        self.ended_upstreams = dict(r.ended_upstreams)
         # Reported SHUTDOWN once (in the heartbeat this answers): not reported again.
         for op_id in list(self._reported_shutdown):
             self._reported_shutdown.discard(op_id)
@@ -359,7 +362,8 @@ class Agent:
             app_path=self.app_path, app_id=ctx.app_id, work_dir=self.work_dir,
             checkpoint_window=checkpoint, streaming_window_size_millis=ctx.streaming_window_size_millis,
             log=lambda msg, _id=info.id: self.log(f"operator {_id}: {msg}"),
-            upstream_windows=lambda: dict(self.upstream_windows))
+            upstream_windows=lambda: dict(self.upstream_windows),
+            ended_upstreams=lambda: dict(self.ended_upstreams))
         node = Node(info.id, info.name, operator, context, _KIND[info.type], checkpoint, count,
                     apppath.checkpoints(self.app_path),
                     exactly_once=attrs.get("PROCESSING_MODE") == "EXACTLY_ONCE")
@@ -370,13 +374,12 @@ class Agent:
     def _wire(self, node: Node, info: proto.OperatorDeployInfo) -> None:
         if node.self_checkpointing:
             for inp in info.inputs:
-                node.context.inputs.append({
-                    "port": inp.port_name, "stream": inp.declared_stream_id,
-                    "publisher": f"{inp.source_node_id}.{inp.source_port_name}",
-                    "source_node_id": inp.source_node_id,
-                    "host": inp.buffer_server_host, "port_number": inp.buffer_server_port,
-                    "token": bytes(inp.buffer_server_token), "mask": inp.partition_mask,
-                    "keys": list(inp.partition_keys), "codec": inp.stream_codecs.get(0, "pickle")})
+                node.context.inputs.append(InputConnection(
+                    port=inp.port_name, stream=inp.declared_stream_id, source_node_id=inp.source_node_id,
+                    publisher=f"{inp.source_node_id}.{inp.source_port_name}",
+                    host=inp.buffer_server_host, port_number=inp.buffer_server_port,
+                    token=bytes(inp.buffer_server_token), mask=inp.partition_mask,
+                    keys=list(inp.partition_keys), codec=inp.stream_codecs.get(0, "pickle")))
         for inp in ([] if node.self_checkpointing else info.inputs):
             src = node.add_source(inp.port_name)
             locality = _LOCALITY.get(inp.locality)

@@ -37,6 +37,7 @@ __all__ = [
     "ShutdownException",
     "FatalError",
     "OperatorContext",
+    "InputConnection",
     "PassThroughUnifier",
     "operator_ports",
     "operator_properties",
@@ -49,6 +50,27 @@ class ShutdownException(Exception):
 
 class FatalError(Exception):
     """Raised by an operator when restarting cannot help: the application fails."""
+
+
+@dataclass
+class InputConnection:
+    """Where an operator that reads its inputs itself finds one input stream's data."""
+
+    #: The operator's input port and the declared stream feeding it.
+    port: str
+    stream: str
+    #: The upstream physical operator and its publisher id on the buffer server (``<id>.<port>``).
+    source_node_id: int
+    publisher: str
+    #: The upstream container's buffer server; empty / 0 when the stream stays in one container.
+    host: str
+    port_number: int
+    token: bytes
+    #: Partition mask and keys this partition receives (mask 0: everything).
+    mask: int = 0
+    keys: list[int] = field(default_factory=list)
+    #: The stream's codec name.
+    codec: str = "pickle"
 
 
 @dataclass
@@ -76,15 +98,17 @@ class OperatorContext:
     set_metric: Callable[[str, Any], None] = lambda name, value: None
     #: Sends a line to the master's log.
     log: Callable[[str], None] = lambda msg: None
-    #: For operators with ``external_inputs``: where each input stream's data
-    #: lives: dicts with port, publisher, host, port_number, token, mask, keys, codec.
-    inputs: list[dict[str, Any]] = field(default_factory=list)
+    #: For operators with ``external_inputs``: where each input stream's data lives.
+    inputs: list[InputConnection] = field(default_factory=list)
     #: For operators with ``external_inputs``: declare everything up to a window
     #: durable (saves the state as that window's checkpoint).
     report_checkpoint: Callable[[int], None] = lambda window_id: None
     #: For operators with ``external_inputs``: the last window each upstream
     #: operator finished, as the master last saw it (operator id -> window id).
     upstream_windows: Callable[[], dict[int, int]] = lambda: {}
+    #: For operators with ``external_inputs``: upstream operators whose stream
+    #: ended, with its last window, as the master told (operator id -> window id).
+    ended_upstreams: Callable[[], dict[int, int]] = lambda: {}
 
 
 class _Port:

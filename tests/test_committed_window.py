@@ -26,13 +26,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "specdata"))
 
 import proto  # noqa: E402
-from statekit import container_heartbeat, label  # noqa: E402
+from statekit import START_MILLIS, StateRun, label  # noqa: E402
 from appmaster.plan import OperatorState, PhysicalPlan, PTOperator  # noqa: E402
 from appmaster.spec import AppSpec  # noqa: E402
-from appmaster.state import (DeleteCheckpoints, LaunchContainer, MasterState,  # noqa: E402
-                             affected_operators, recovery_checkpoints)
+from appmaster.state import DeleteCheckpoints, LaunchContainer, affected_operators, recovery_checkpoints  # noqa: E402,E501
 
-START_MILLIS = 1_700_000_000_000
 #: The initial window of an application started at START_MILLIS (what MasterState computes).
 INITIAL = ((START_MILLIS // 1000) << 32) - 1
 TOKEN = "rule-token"
@@ -157,72 +155,15 @@ def committed(rec: dict[str, int]) -> int:
 
 # ---------------------------------------------------------------- end-to-end harness
 
-class Run:
-    """A MasterState driven by hand-written heartbeats; ``validate_state()`` after every step."""
+class Run(StateRun):
+    """The committed-window tests' run: deploying leaves the committed window at the initial one."""
 
     def __init__(self, text: str) -> None:
-        self.state = MasterState(AppSpec.from_yaml(text), "app-rule", "file:///tmp/app-rule", TOKEN,
-                                 START_MILLIS, 0)
-        self.base = self.state.initial_window
+        super().__init__(text, "app-rule", TOKEN)
         assert self.base == INITIAL
-        self.now = 0
-        self.committed_seen: list[int] = []
-        self.state.start(0)
-        self.state.validate_state()
-
-    # -- names
-    def w(self, k: int) -> int:
-        return self.base + k
-
-    def op(self, name: str) -> PTOperator:
-        for op in self.state.plan.operators.values():
-            if label(op) == name:
-                return op
-        raise KeyError(name)
-
-    def id(self, name: str) -> int:
-        return self.op(name).id
-
-    def cid(self, name: str) -> str:
-        return self.op(name).container or ""
-
-    def rec(self, name: str) -> int:
-        """An operator's recovery checkpoint as a window offset."""
-        return self.op(name).recovery_checkpoint - self.base
-
-    # -- stimuli
-    def report(self, name: str | int, cw: int = 0, *saved: int, state: int = ACTIVE) -> proto.OperatorHeartbeat:
-        """One operator's part of a heartbeat: finished window ``cw``, checkpoints ``saved``."""
-        node_id = name if isinstance(name, int) else self.id(name)
-        return proto.OperatorHeartbeat(node_id=node_id, state=state, current_window_id=self.w(cw),
-                                       saved_checkpoints=[self.w(k) for k in saved])
-
-    def heartbeat(self, container_id: str, *reports: proto.OperatorHeartbeat):
-        self.now += 1000
-        hb = container_heartbeat(container_id, reports)
-        response, instructions = self.state.heartbeat(hb, self.now)
-        self.state.validate_state()
-        self.committed_seen.append(response.committed_window_id)
-        return response, instructions
-
-    def exited(self, container_id: str, code: int = 1):
-        self.now += 1000
-        instructions = self.state.container_exited(container_id, code, self.now)
-        self.state.validate_state()
-        return instructions
 
     def deploy(self) -> None:
-        """Containers heartbeat until every operator is deployed, then report them ACTIVE."""
-        plan = self.state.plan
-        for _ in range(len(plan.containers) + 1):
-            for cid in list(plan.containers):
-                self.heartbeat(cid)
-            if all(op.state == OperatorState.DEPLOYING for op in plan.operators.values()):
-                break
-        assert all(op.state == OperatorState.DEPLOYING for op in plan.operators.values())
-        for cid, container in plan.containers.items():
-            self.heartbeat(cid, *(self.report(o) for o in sorted(container.operators)))
-        assert all(op.state == OperatorState.ACTIVE for op in plan.operators.values())
+        super().deploy()
         assert self.state.committed == self.base
 
 

@@ -24,17 +24,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "specdata"))
 
-import proto  # noqa: E402
-from statekit import container_heartbeat, label  # noqa: E402
-from appmaster.plan import OperatorState, PTOperator  # noqa: E402
-from appmaster.spec import AppSpec  # noqa: E402
-from appmaster.state import (Finish, KillContainer, LaunchContainer, MasterState,  # noqa: E402
-                             UnknownContainer)
+from statekit import StateRun  # noqa: E402
+from appmaster.plan import OperatorState  # noqa: E402
+from appmaster.state import Finish, KillContainer, LaunchContainer, UnknownContainer  # noqa: E402
 
-START_MILLIS = 1_700_000_000_000
 TOKEN = "rule-token"
-ACTIVE = proto.OperatorHeartbeat.ACTIVE
-SHUTDOWN = proto.OperatorHeartbeat.SHUTDOWN
 
 # ---------------------------------------------------------------- specs
 
@@ -115,85 +109,14 @@ streams:
 
 # ---------------------------------------------------------------- harness
 
-class Run:
-    """A MasterState driven by hand-written heartbeats; ``validate_state()`` after every step."""
+class Run(StateRun):
+    """The removal tests' run: a container that exits on its own exits cleanly (code 0)."""
 
     def __init__(self, text: str) -> None:
-        self.state = MasterState(AppSpec.from_yaml(text), "app-removal", "file:///tmp/app-removal", TOKEN,
-                                 START_MILLIS, 0)
-        self.base = self.state.initial_window
-        self.now = 0
-        self.ids: dict[str, int] = {label(op): op.id for op in self.state.plan.operators.values()}
-        self.containers: dict[str, str] = {label(op): op.container or ""
-                                           for op in self.state.plan.operators.values()}
-        self.state.start(0)
-        self.state.validate_state()
-
-    # -- names (ids and containers are remembered, so removed operators can still be named)
-    def w(self, k: int) -> int:
-        return self.base + k
-
-    def id(self, name: str) -> int:
-        return self.ids[name]
-
-    def cid(self, name: str) -> str:
-        return self.containers[name]
-
-    def op(self, name: str) -> PTOperator:
-        return self.state.plan.operators[self.ids[name]]
-
-    def alive(self) -> set[str]:
-        return {label(op) for op in self.state.plan.operators.values()}
-
-    def removed(self) -> list[str]:
-        return [r["label"].split("#")[0] if ".unifier" in r["label"] else r["label"]
-                for r in self.state.info()["removed"]]
-
-    def parked(self) -> dict[int, set[str]]:
-        """shutdown_operators as {window offset: labels}."""
-        ops = self.state.plan.operators
-        return {w - self.base: {label(ops[i]) for i in ids} for w, ids in self.state.shutdown_operators.items()}
-
-    # -- stimuli
-    def report(self, name: str | int, cw: int = 0, *saved: int, state: int = ACTIVE) -> proto.OperatorHeartbeat:
-        node_id = name if isinstance(name, int) else self.id(name)
-        return proto.OperatorHeartbeat(node_id=node_id, state=state, current_window_id=self.w(cw),
-                                       saved_checkpoints=[self.w(k) for k in saved])
-
-    def ended(self, name: str, cw: int, *saved: int) -> proto.OperatorHeartbeat:
-        """The one SHUTDOWN report of an operator that ended at window ``cw``."""
-        return self.report(name, cw, *saved, state=SHUTDOWN)
-
-    def heartbeat(self, container_id: str, *reports: proto.OperatorHeartbeat):
-        self.now += 1000
-        hb = container_heartbeat(container_id, reports)
-        response, instructions = self.state.heartbeat(hb, self.now)
-        self.state.validate_state()
-        return response, instructions
+        super().__init__(text, "app-removal", TOKEN)
 
     def exited(self, container_id: str, code: int = 0):
-        self.now += 1000
-        instructions = self.state.container_exited(container_id, code, self.now)
-        self.state.validate_state()
-        return instructions
-
-    def deploy(self) -> None:
-        """Containers heartbeat until every operator is deployed, then report them ACTIVE."""
-        plan = self.state.plan
-        for _ in range(len(plan.containers) + 1):
-            for cid in list(plan.containers):
-                self.heartbeat(cid)
-            if all(op.state == OperatorState.DEPLOYING for op in plan.operators.values()):
-                break
-        for cid, container in plan.containers.items():
-            self.heartbeat(cid, *(self.report(o) for o in sorted(container.operators)))
-        assert all(op.state == OperatorState.ACTIVE for op in plan.operators.values())
-
-    def everyone(self, cw: int, *saved: int) -> None:
-        """Every container reports all its operators at window ``cw`` with checkpoints ``saved``."""
-        for cid, container in self.state.plan.containers.items():
-            if container.operators:
-                self.heartbeat(cid, *(self.report(o, cw, *saved) for o in sorted(container.operators)))
+        return super().exited(container_id, code)
 
 
 def partition_zero_removed(run: Run) -> None:
@@ -232,6 +155,19 @@ def partition_zero_removed(run: Run) -> None:
     assert "src[0]" not in run.alive()
     assert run.parked() == {}
     assert response.committed_window_id == run.w(70)
+
+
+#   src[0](c1) ─┐
+#               ├─▶ reader (c3; reads both partitions' buffer servers itself)
+#   src[1](c2) ─┘
+SELF_READER = """
+name: self-reader
+operators:
+  src: {class: spec_fixture_ops:Source, partitions: 2}
+  reader: {class: spec_fixture_ops:SelfReader}
+streams:
+  a: {from: src.output, to: [reader.input]}
+"""
 
 
 # ================================================================ the rule
@@ -550,3 +486,32 @@ def test_join_whose_container_local_input_ends_first_still_succeeds():
     run.heartbeat(c2)
     assert "src" not in run.alive()
     assert run.state.state == "SUCCEEDED"
+
+
+def test_a_reader_of_its_own_inputs_is_told_when_an_upstream_ended():
+    """The master names an ended upstream in the heartbeat response (never "absent means ended").
+
+    window k:            60    70        120
+      src[0]  (c1)       ●─────●|                  shuts down at 70, removed once committed
+      src[1]  (c2)       ●───────────────●──▶
+      reader  (c3)       ●───────────────●──▶      told: src[0] ended at 70
+    """
+    run = Run(SELF_READER)
+    assert not [op for op in run.state.plan.operators.values() if op.kind == "UNIFIER"]
+    run.deploy()
+    run.everyone(65, 60)
+    response, _ = run.heartbeat(run.cid("reader"), run.report("reader", 65, 60))
+    assert dict(response.upstream_windows) == {run.id("src[0]"): run.w(65), run.id("src[1]"): run.w(65)}
+    assert dict(response.ended_upstreams) == {}
+
+    run.heartbeat(run.cid("src[0]"), run.ended("src[0]", 70, 70))
+    response, _ = run.heartbeat(run.cid("reader"), run.report("reader", 65, 60))
+    assert run.parked() == {70: {"src[0]"}}
+    assert dict(response.ended_upstreams) == {}  # parked, not removed: not yet said to have ended
+
+    run.heartbeat(run.cid("src[1]"), run.report("src[1]", 125, 120))
+    run.heartbeat(run.cid("reader"), run.report("reader", 125, 120))
+    assert "src[0]" not in run.alive() and run.state.committed == run.w(70)
+    response, _ = run.heartbeat(run.cid("reader"), run.report("reader", 125, 120))
+    assert dict(response.upstream_windows) == {run.id("src[1]"): run.w(125)}
+    assert dict(response.ended_upstreams) == {run.id("src[0]"): run.w(70)}

@@ -22,20 +22,16 @@ from collections import Counter
 
 import pytest
 
-import proto
-from statekit import container_heartbeat, label  # noqa: E402
+from statekit import StateRun  # noqa: E402
 from appmaster import journal, scaling
 from appmaster.reports import WindowSample
-from appmaster.plan import PUBLISHER_TAG_MASK, OperatorState, PTOperator
+from appmaster.plan import PUBLISHER_TAG_MASK, OperatorState
 from appmaster.spec import AppSpec
-from appmaster.state import (DeleteCheckpoints, LaunchContainer, MasterState, Reply, ScaleRequest,
-                             SplitCheckpoints)
+from appmaster.state import DeleteCheckpoints, LaunchContainer
 from conftest import ROOT, read_counts, word_truth
 from container.partition import owner_of
 
-START_MILLIS = 1_700_000_000_000
 TOKEN = "scale-token"
-ACTIVE = proto.OperatorHeartbeat.ACTIVE
 MOBY = ROOT / "specs" / "data" / "moby-dick.txt"
 
 
@@ -75,79 +71,9 @@ streams:
 """
 
 
-class Run:
-    """A MasterState driven by hand-written heartbeats; ``validate_state()`` after every step."""
-
+class Run(StateRun):
     def __init__(self, text: str) -> None:
-        self.state = MasterState(AppSpec.from_yaml(text), "app-scale", "file:///tmp/app-scale", TOKEN,
-                                 START_MILLIS, 0)
-        self.base = self.state.initial_window
-        self.now = 0
-        self.state.start(0)
-        self.state.validate_state()
-
-    def w(self, k: int) -> int:
-        return self.base + k
-
-    def ops(self, name: str) -> list[PTOperator]:
-        """Partitions of a logical operator (or every unifier, for "unifier")."""
-        if name == "unifier":
-            return [op for op in self.state.plan.operators.values() if op.kind == "UNIFIER"]
-        return self.state.plan.partitions(name)
-
-    def op(self, name: str) -> PTOperator:
-        (op,) = [op for op in self.state.plan.operators.values() if label(op) == name]
-        return op
-
-    def heartbeat(self, container_id: str, *reports: proto.OperatorHeartbeat):
-        self.now += 1000
-        hb = container_heartbeat(container_id, reports)
-        response, instructions = self.state.heartbeat(hb, self.now)
-        self.state.validate_state()
-        return response, instructions
-
-    def report(self, op_id: int, cw: int, *saved: int) -> proto.OperatorHeartbeat:
-        return proto.OperatorHeartbeat(node_id=op_id, state=ACTIVE, current_window_id=self.w(cw),
-                                       saved_checkpoints=[self.w(k) for k in saved])
-
-    def deploy(self) -> None:
-        """Heartbeats until every operator is deployed; then every container reports them ACTIVE."""
-        plan = self.state.plan
-        live = [c for c in plan.containers.values() if c.state not in ("LOST", "RELEASED")]
-        for _ in range(len(live) + 2):
-            for c in live:  # running operators keep reporting (a missing one would leave the plan)
-                self.heartbeat(c.id, *(self.report(o, plan.operators[o].current_window - self.base)
-                                       for o in sorted(c.operators)
-                                       if plan.operators[o].state == OperatorState.ACTIVE))
-            if all(op.state != OperatorState.PENDING_DEPLOY for op in plan.operators.values()):
-                break
-        assert all(op.state == OperatorState.DEPLOYING for op in plan.operators.values()
-                   if op.state != OperatorState.ACTIVE)
-        for c in live:
-            if c.operators:
-                self.heartbeat(c.id, *(self.report(o, plan.operators[o].current_window - self.base)
-                                       for o in sorted(c.operators)))
-        assert all(op.state == OperatorState.ACTIVE for op in plan.operators.values())
-
-    def everyone(self, cw: int, *saved: int, skip: tuple[str, ...] = ()) -> None:
-        """Every container reports its operators at window ``cw`` with checkpoints ``saved``."""
-        for c in list(self.state.plan.containers.values()):
-            ops = [self.state.plan.operators[o] for o in sorted(c.operators)]
-            if ops and c.state == "RUNNING":
-                self.heartbeat(c.id, *(self.report(op.id, cw, *(() if op.name in skip else saved))
-                                       for op in ops))
-
-    def scale(self, name: str, count: int, states: dict | None = None):
-        """ScaleRequest → split the states → ScaleStatesWritten, as AppMaster.scale does (no files)."""
-        instructions = self.state.handle(ScaleRequest(name, count, self.now))
-        written = {}
-        for ins in [i for i in instructions if isinstance(i, SplitCheckpoints)]:
-            old = {key: (states or {}).get(key[0], {"totals": {}}) for key in ins.change.reads}
-            written = scaling.split_states(ins.change, old)
-            instructions = self.state.handle(ins.then)
-        (result,) = [i.value for i in instructions if isinstance(i, Reply)]
-        self.state.validate_state()
-        return result.to_dict(), [i for i in instructions if not isinstance(i, Reply)], written
+        super().__init__(text, "app-scale", TOKEN)
 
 
 def covered_once(run: Run, name: str, source: str) -> dict[int, int]:
@@ -465,9 +391,7 @@ def test_master_applies_the_listener_through_the_scale_path(tmp_path, monkeypatc
     app_path = f"file://{tmp_path}"
     m = master_mod.AppMaster(AppSpec.from_yaml(text), "app-listen", app_path, TOKEN, FakeLauncher())
     assert m.stats_listener is autoscale.scale_count
-    run = Run.__new__(Run)
-    run.state, run.base, run.now = m.state, m.state.initial_window, 0
-    m.state.start(0)
+    run = Run.around(m.state)
     run.deploy()
     (count,) = run.ops("count")
     run.everyone(7, 5)
@@ -514,9 +438,7 @@ def test_admin_api_returns_what_was_done_and_refusals(tmp_path):
     from appmaster.admin import create_app
     m = master_mod.AppMaster(AppSpec.from_yaml(wordcount(3)), "app-admin", f"file://{tmp_path}", TOKEN,
                              FakeLauncher())
-    run = Run.__new__(Run)
-    run.state, run.base, run.now = m.state, m.state.initial_window, 0
-    m.state.start(0)
+    run = Run.around(m.state)
     run.deploy()
     m.scale_wait = 0.3
     client = create_app(m).test_client()

@@ -174,3 +174,26 @@ def test_commits_are_reported_only_once_the_ends_of_upstreams_are_known(buffer_s
     assert op._inputs_ended() == W0 + 3
 
 
+def test_an_upstream_ends_only_when_the_master_says_so(tmp_path):
+    """A key missing from upstream_windows is no end of stream; ended_upstreams is."""
+    from container.operator import OperatorContext
+    from container.spark.channel import Channel
+    from container.spark.pipeline import SparkPipeline, _Upstream
+
+    told = {"windows": {5: W0 + 3, 6: W0 + 4}, "ended": {}}
+    op = SparkPipeline()
+    op._ctx = OperatorContext(id=9, name="analytics", checkpoint_window=W0,
+                              upstream_windows=lambda: dict(told["windows"]),
+                              ended_upstreams=lambda: dict(told["ended"]))
+    op._channel = Channel(str(tmp_path / "ch"))
+    op._upstreams = [_Upstream(port="input", source=s, publisher=f"{s}.output", host="h", port_number=1,
+                               token=TOKEN, mask=0, keys=[], codec="pickle") for s in (5, 6)]
+    op._publish_state()
+    assert [(u.window, u.ended) for u in op._upstreams] == [(W0 + 3, None), (W0 + 4, None)]
+    told["windows"] = {6: W0 + 5}  # 5 is not in this response: nothing is concluded from that
+    op._publish_state()
+    assert [(u.window, u.ended) for u in op._upstreams] == [(W0 + 3, None), (W0 + 5, None)]
+    told["ended"] = {5: W0 + 4}  # the master removed it after it shut down at W0 + 4
+    op._publish_state()
+    assert [(u.window, u.ended) for u in op._upstreams] == [(W0 + 4, W0 + 4), (W0 + 5, None)]
+    assert op._channel.read_state()["ended"] == {"5": W0 + 4}

@@ -101,7 +101,7 @@ BAD_SPECS = [
      "RuntimeError: boom"),
     ("class not in module", app(ops=op("up", "{class: spec_fixture_ops:Uper}")),
      "app.yaml: operators.up.class: module 'spec_fixture_ops' has no 'Uper' (operators "
-     "there: Source, Upper, Join, Sink, OptionalSink, ControlledSource)"),
+     "there: Source, Upper, Join, Sink, OptionalSink, ControlledSource, SelfReader)"),
     ("class not in package", app(ops=op("src", "{class: container.receivers:SocketTextRecever}")),
      "app.yaml: operators.src.class: module 'container.receivers' has no 'SocketTextRecever' "
      "(operators there: ReceiverInputOperator, Receiver, SocketTextReceiver, DirectoryReceiver)"),

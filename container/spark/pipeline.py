@@ -122,7 +122,7 @@ class SparkPipeline(_QueryDriver, InputOperator):
 
     transient = ("_ctx", "_label", "_build", "_upstreams", "_channel", "_ckpt", "_commit_log", "_driver",
                  "_probe", "_lock", "_stop", "_error", "_fatal", "_done", "_progress", "_state_key",
-                 "_next_poll", "_window", "_query", "_window_ms", "_uw_seen", "_pipeline_ctx", "_schemas", "_reportable")
+                 "_next_poll", "_window", "_query", "_window_ms", "_pipeline_ctx", "_schemas", "_reportable")
 
     def __init__(self) -> None:
         #: Newest window Spark committed (reported as this operator's checkpoint).
@@ -150,7 +150,6 @@ class SparkPipeline(_QueryDriver, InputOperator):
         self._window = -1
         self._query: Any = None
         self._window_ms = 500
-        self._uw_seen = False
         self._pipeline_ctx: PipelineContext | None = None
         self._schemas: dict[str, str] = {}
         self._reportable = -1
@@ -203,15 +202,14 @@ class SparkPipeline(_QueryDriver, InputOperator):
     def _wire(self, context: OperatorContext) -> list[_Upstream]:
         ups = []
         for inp in context.inputs:
-            if not inp.get("host") or not inp.get("port_number"):
+            if not inp.host or not inp.port_number:
                 raise FatalError(
-                    f"SparkPipeline {self._label}: stream {inp.get('stream')!r} into port '{inp['port']}' has no "
+                    f"SparkPipeline {self._label}: stream {inp.stream!r} into port '{inp.port}' has no "
                     f"buffer server (it is THREAD_LOCAL or CONTAINER_LOCAL, or shares the container): a "
                     f"SparkPipeline reads its inputs from buffer servers; drop the stream's locality")
-            ups.append(_Upstream(port=inp["port"], source=int(inp["source_node_id"]), publisher=inp["publisher"],
-                                 host=inp["host"], port_number=int(inp["port_number"]),
-                                 token=bytes(inp["token"]), mask=int(inp.get("mask") or 0),
-                                 keys=[int(k) for k in inp.get("keys") or ()], codec=inp.get("codec") or "pickle"))
+            ups.append(_Upstream(port=inp.port, source=inp.source_node_id, publisher=inp.publisher,
+                                 host=inp.host, port_number=inp.port_number, token=inp.token, mask=inp.mask,
+                                 keys=list(inp.keys), codec=inp.codec))
         if not ups and self.spark_committed < 0:
             raise FatalError(f"SparkPipeline {self._label}: no input stream is connected")
         if not ups:  # restored after every upstream ended and was removed: only finish the query
@@ -281,17 +279,19 @@ class SparkPipeline(_QueryDriver, InputOperator):
         ctx = self._ctx
         assert ctx is not None and self._channel is not None
         windows = ctx.upstream_windows()
+        ended = ctx.ended_upstreams()
         now = time.monotonic()
         with self._lock:
-            if windows:
-                self._uw_seen = True
             for up in self._upstreams:
+                if up.source in ended:  # the master removed it after it shut down: its stream ended
+                    last = ended[up.source]
+                    if up.ended is None:
+                        up.ended = last
+                    if up.window is None or up.window < last:
+                        up.window, up.changed = last, now
+                    continue
                 w = windows.get(up.source)
-                if w is None:
-                    # an upstream removed by the master after it shut down: its stream ended
-                    if self._uw_seen and up.window is not None and up.ended is None and windows:
-                        up.ended = up.window
-                elif w != up.window:
+                if w is not None and w != up.window:
                     up.window, up.changed = w, now
             key = tuple((u.source, u.window, u.ended) for u in self._upstreams)
             if key == self._state_key and not force:

@@ -74,3 +74,10 @@ def stats_listener(stats: Any) -> None:
 
 
 NOT_CALLABLE = 42
+
+
+class SelfReader(InputOperator):
+    """An operator that reads its input streams itself (as SparkPipeline does)."""
+
+    external_inputs = True
+    input = InputPort()
