@@ -40,6 +40,14 @@ def create_app(master: Any) -> Flask:
     def containers():  # noqa: ANN202
         return jsonify({"containers": locked(master.state.container_rows)})
 
+    @app.get("/ws/v2/stram/snapshot")
+    def snapshot():  # noqa: ANN202
+        """info, operators and containers as of one moment (one hold of the lock)."""
+        def read() -> dict[str, Any]:
+            return {"info": master.state.info(), "operators": master.state.operator_rows(),
+                    "containers": master.state.container_rows()}
+        return jsonify(locked(read))
+
     @app.get("/ws/v2/stram/plan")
     def plan():  # noqa: ANN202
         return jsonify(locked(master.state.plan.to_dict))

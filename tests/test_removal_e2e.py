@@ -50,10 +50,10 @@ def test_partition_removed_only_after_commit_and_output_exact(tmp_path):
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
-            info = stram_client.admin(app, "info")
-            ops = stram_client.admin(app, "operators")["operators"]
+            snap = stram_client.admin(app, "snapshot")  # info and operators of one moment
         except StramError:
             break  # the application ended
+        info, ops = snap["info"], snap["operators"]
         labels = {r["label"]: r for r in ops}
         if "source[1]" in labels and labels["source[1]"]["state"] == "SHUTDOWN":
             seen_parked = True

@@ -451,6 +451,12 @@ def test_admin_api_returns_what_was_done_and_refusals(tmp_path):
     assert (body["from"], body["to"], body["window"]) == (3, 2, run.w(5))
     assert len(body["added"]) == 2 and len(body["containers_launched"]) == 2
     assert any("refused count → 2: no common checkpoint" in e["text"] for e in m.state.info()["events"])
+    # one consistent snapshot: info, operators and containers of the same moment
+    snap = client.get("/ws/v2/stram/snapshot").get_json()
+    assert set(snap) == {"info", "operators", "containers"}
+    assert snap["info"]["operators"] == len(snap["operators"]) == len(m.state.plan.operators)
+    assert {r["id"] for r in snap["operators"]} == set(m.state.plan.operators)
+    assert {c["id"] for c in snap["containers"]} == set(m.state.plan.containers)
 
 
 # ================================================================ end to end

@@ -63,12 +63,8 @@ def assert_output_equals_direct(out_dir, gen: dict) -> None:
 # ---------------------------------------------------------------- end to end (real apps, real Spark)
 
 def _poll(app_id: str) -> dict | None:
-    containers = admin(app_id, "containers")
-    operators = admin(app_id, "operators")  # after: at least as new as the purge
-    info = admin(app_id, "info")
-    if containers is None or operators is None or info is None:
-        return None
-    return {"containers": containers["containers"], "operators": operators["operators"], "info": info}
+    """containers, operators and info of one moment (None while the master does not answer)."""
+    return admin(app_id, "snapshot")
 
 
 @pytest.mark.slow
