@@ -47,6 +47,10 @@ class Launcher(abc.ABC):
     def stop_all(self, grace: float = 5.0) -> None:
         """Stop every container still running, politely then by force."""
 
+    @abc.abstractmethod
+    def running(self) -> list[str]:
+        """Containers whose process has not been seen to end (:meth:`poll` reports the ends)."""
+
     def set_progress(self, fraction: float) -> None:
         """Report application progress where the platform shows it."""
 
@@ -99,6 +103,9 @@ class LocalLauncher(Launcher):
                 ended.append((cid, code))
                 del self.processes[cid]
         return ended
+
+    def running(self) -> list[str]:
+        return list(self.processes)
 
     def stop_all(self, grace: float = 5.0) -> None:
         for proc in self.processes.values():

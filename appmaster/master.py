@@ -324,7 +324,7 @@ class AppMaster:
             if self._stop_requested:
                 self.dispatch(KillApp(_now()))
             if time.monotonic() - last_status > 1.0:
-                self.write_status()
+                self.write_status(final=False)
                 with self.lock:
                     done = len(self.state.removed)
                     total = done + len(self.state.plan.operators)
@@ -334,21 +334,31 @@ class AppMaster:
                 self._wait_for_containers()
         self._wait_for_containers()
         final = self.final or Finish(self.state.state, self.state.diagnostics)
+        # the terminal state is reported last: every container process has ended by now
         self.launcher.finish(final.state, final.diagnostics)
         self.write_status()
         self.stop()
         return final.state
 
-    def _wait_for_containers(self, grace: float = 10.0) -> None:
-        """After the end: containers get ``shutdown`` in their heartbeat; then force."""
+    def _wait_for_containers(self, grace: float = 30.0) -> None:
+        """After the end: containers get ``shutdown`` in their heartbeat and exit; then force.
+
+        An agent exits only after it carried out its last heartbeat response,
+        committed window included: the exit of every container process is the
+        agents' confirmation that every output made its last window final.
+        Released containers (empty, told to shut down earlier) count too.
+        """
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
             for cid, code in self.launcher.poll():
                 self.dispatch(ContainerExited(cid, code, _now()))
             with self.lock:
-                if not self.state.containers_to_stop():
+                if not self.state.containers_to_stop() and not self.launcher.running():
                     break
             time.sleep(0.1)
+        left = self.launcher.running()
+        if left:
+            log.warning("containers %s did not exit within %.0f s of the end; stopping them", left, grace)
         self.launcher.stop_all(grace=2.0)
         self.dispatch(ContainersStopped(_now()))
         self.finished.set()
@@ -367,12 +377,19 @@ class AppMaster:
         if self.server is not None:
             self.server.stop(grace=1.0)
 
-    def write_status(self) -> None:
-        """``APP_PATH/status.json``: what list-apps shows once the master is gone."""
+    def write_status(self, final: bool = True) -> None:
+        """``APP_PATH/status.json``: what list-apps shows once the master is gone.
+
+        Until ``final``, an application that ended but whose containers are still
+        finishing (outputs making their last windows final) is written RUNNING:
+        a reader who sees SUCCEEDED must find the whole output.
+        """
         with self.lock:
             info = self.state.info()
         status = {k: info[k] for k in ("id", "name", "state", "diagnostics", "committed_window",
                                        "started_millis", "finished_millis", "containers", "operators")}
+        if not final and status["state"] != "RUNNING":
+            status["state"], status["diagnostics"] = "RUNNING", f"finishing: {status['diagnostics']}"
         status["admin_url"] = self.admin_url
         status["pid"] = os.getpid()
         try:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import time
+
 from container.operator import (FatalError, InputOperator, InputPort, Operator, OutputPort,
                                 ShutdownException)
+from container.operators.io import JsonLinesOutput
 
 
 class Boom(Operator):
@@ -74,3 +77,14 @@ class KeyedSource(InputOperator):
                 key = f"p{p}-{n % keys}"
                 out[key] = out.get(key, 0) + 1
         return out
+
+
+class SlowFinalOutput(JsonLinesOutput):
+    """JsonLinesOutput whose finalization takes a while (as on a slow file system)."""
+
+    delay: float = 4.0
+
+    def committed(self, window_id: int) -> None:
+        if self.pending and min(self.pending) <= window_id:
+            time.sleep(self.delay)
+        super().committed(window_id)

@@ -193,6 +193,11 @@ class YarnLauncher(Launcher):
                 ended.append((cid, code))
         return ended
 
+    def running(self) -> list[str]:
+        """Containers requested or running and not yet reported ended."""
+        with self._lock:
+            return list(self._live.values())
+
     def stop_all(self, grace: float = 5.0) -> None:
         """Kill every container still held and wait up to ``grace`` seconds for YARN to confirm."""
         with self._lock:

@@ -1,0 +1,59 @@
+"""SUCCEEDED means final: when an application is reported SUCCEEDED, every output window is final."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import ROOT, read_counts, word_truth
+from e2e_ops import KeyedSource
+from e2ekit import app_processes, launch_detached
+from scripts import cli
+
+pytestmark = pytest.mark.slow
+
+WORDS = ROOT / "specs" / "data" / "words.txt"
+
+
+def test_succeeded_only_once_every_output_window_is_final(tmp_path):
+    """An output whose finalization is slow (12 s) in a container released early: SUCCEEDED waits for it.
+
+    Two branches: the word count ends first; its output's container is released
+    (empty) while the keyed branch still runs, and is still making its last
+    window final when the keyed branch ends and the application is done. Read
+    right after ``stram wait`` returns, both outputs are complete, and no
+    container process is left that could still be writing.
+    """
+    out, keyed = tmp_path / "out", tmp_path / "keyed"
+    spec = {
+        "name": "slow-final",
+        "attributes": {"STREAMING_WINDOW_SIZE_MILLIS": 100, "CHECKPOINT_WINDOW_COUNT": 5,
+                       "HEARTBEAT_INTERVAL_MILLIS": 300, "PROCESSING_MODE": "EXACTLY_ONCE"},
+        "operators": {
+            "reader": {"class": "container.operators.io:LineReader", "properties": {"path": str(WORDS)}},
+            "split": {"class": "container.operators.text:WordSplitter"},
+            "count": {"class": "container.operators.aggregate:KeyCounter"},
+            "out": {"class": "tests.e2e_ops:SlowFinalOutput", "properties": {"path": str(out), "delay": 12.0}},
+            "keys": {"class": "tests.e2e_ops:KeyedSource", "properties": {"per_window": 20, "total": 800}},
+            "kcount": {"class": "container.operators.aggregate:KeyCounter"},
+            "kout": {"class": "container.operators.io:JsonLinesOutput", "properties": {"path": str(keyed)}},
+        },
+        "streams": {"lines": {"from": "reader.output", "to": ["split.input"]},
+                    "words": {"from": "split.output", "to": ["count.input"]},
+                    "counts": {"from": "count.output", "to": ["out.input"]},
+                    "k": {"from": "keys.output", "to": ["kcount.input"]},
+                    "kc": {"from": "kcount.output", "to": ["kout.input"]}},
+    }
+    path = tmp_path / "slow.yaml"
+    path.write_text(json.dumps(spec))  # JSON is YAML
+    app_id = launch_detached(str(path))
+    assert cli.main(["wait", app_id, "--timeout", "180"]) == 0
+    agents = [p for p in app_processes(app_id) if p.cmdline()[-2:] == ["-m", "container"]]
+    assert agents == [], "SUCCEEDED while container processes still ran"
+    truth = word_truth(WORDS)
+    sums, maxima, _ = read_counts(out)
+    assert sums == truth and maxima == dict(truth)
+    ksums, _, _ = read_counts(keyed)
+    assert dict(ksums) == KeyedSource.truth(1, 800, -1, 0, 7)
+    assert not [f for f in out.rglob("*") if f.is_file() and not f.name.endswith(".jsonl")]
