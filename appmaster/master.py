@@ -372,7 +372,8 @@ class AppMaster:
         with self.lock:
             info = self.state.info()
         status = {k: info[k] for k in ("id", "name", "state", "diagnostics", "committed_window",
-                                       "started_millis", "finished_millis", "containers", "operators")}
+                                       "started_millis", "finished_millis", "containers", "operators",
+                                       "failures")}
         status["admin_url"] = self.admin_url
         status["pid"] = os.getpid()
         try:

@@ -74,3 +74,17 @@ class KeyedSource(InputOperator):
                 key = f"p{p}-{n % keys}"
                 out[key] = out.get(key, 0) + 1
         return out
+
+
+class PickySplitter(Operator):
+    """Splits lines into words like WordSplitter, but raises on the one line containing ``bad``."""
+
+    input = InputPort()
+    output = OutputPort()
+    bad: str = "shipkeepers"
+
+    def process_input(self, line: str) -> None:
+        if self.bad in line:
+            raise ValueError(f"cannot split line {line!r}")
+        for word in line.lower().split():
+            self.output.emit(word)
