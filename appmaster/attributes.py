@@ -244,6 +244,9 @@ ATTRIBUTES: dict[str, Attribute] = _table(
     _int("RECOVERY_ATTEMPTS", None,
          "Failures of one operator before the application fails.", _DAG_OP, minimum=0,
          null_means="no limit"),
+    Attribute("RETRY_DETERMINISTIC_FAILURES", Kind.BOOL, False,
+              "Keep restarting an operator that failed twice at the same window with the same "
+              "error (false: the application fails, naming it).", _DAG_OP),
     _int("BUFFER_MEMORY_MB", 64,
          "Buffer-server memory per publisher before windows spill to disk.", _DAG),
     Attribute("BUFFER_SPOOLING", Kind.BOOL, True,

@@ -21,7 +21,7 @@ from appmaster.apps import TERMINAL, apps_dir, find_app, read_json
 from appmaster.errors import ClusterUnreachable, StramError
 from container import apppath
 
-__all__ = ["MASTER_ATTEMPTS", "admin", "app_info", "LocalRun"]
+__all__ = ["MASTER_ATTEMPTS", "admin", "app_info", "failure_note", "LocalRun"]
 
 #: Master attempts in a foreground local launch (YARN's default max_attempts is 2 as well).
 MASTER_ATTEMPTS = 2
@@ -62,6 +62,16 @@ def app_info(app: dict[str, Any]) -> dict[str, Any]:
         except StramError:
             pass
     return app
+
+
+def failure_note(info: dict[str, Any]) -> str:
+    """The newest operator failure, for a progress line: ``" | reader failed (2x): <exception line>"``."""
+    failures = info.get("failures") or {}
+    if not failures:
+        return ""
+    label, last = list(failures.items())[-1]
+    count = f" ({last['count']}x)" if last.get("count", 1) > 1 else ""
+    return f" | {label} failed{count}: {last.get('error', '')}"
 
 
 class LocalRun:
@@ -111,7 +121,8 @@ class LocalRun:
         busiest = sorted(rates.items(), key=lambda kv: -kv[1])[:3]
         rate = " ".join(f"{k}={v:,.0f}/s" for k, v in busiest)
         return (f"[{elapsed:6.1f}s] {info['state']} operators={info['operators']} "
-                f"containers={info['containers']} committed={info['committed_window_hex']} {rate}")
+                f"containers={info['containers']} committed={info['committed_window_hex']} {rate}"
+                + failure_note(info))
 
     def can_shut_down(self) -> bool:
         return True

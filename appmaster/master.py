@@ -387,7 +387,8 @@ class AppMaster:
         with self.lock:
             info = self.state.info()
         status = {k: info[k] for k in ("id", "name", "state", "diagnostics", "committed_window",
-                                       "started_millis", "finished_millis", "containers", "operators")}
+                                       "started_millis", "finished_millis", "containers", "operators",
+                                       "failures")}
         if not final and status["state"] != "RUNNING":
             status["state"], status["diagnostics"] = "RUNNING", f"finishing: {status['diagnostics']}"
         status["admin_url"] = self.admin_url

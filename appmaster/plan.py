@@ -7,6 +7,8 @@ Pure data and functions: no sockets, no files, no clocks.
 from __future__ import annotations
 
 import enum
+import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -16,6 +18,10 @@ __all__ = ["OperatorState", "ContainerState", "PTInput", "PTOperator", "PTContai
            "INLINE_LOCALITIES", "affected_operators"]
 
 INLINE_LOCALITIES = ("THREAD_LOCAL", "CONTAINER_LOCAL")
+
+log = logging.getLogger("appmaster.plan")
+#: Plans with more physical operators than this log their progress (the master's log).
+BIG_PLAN = 200
 
 #: Publishers feeding partitioned subscribers tag payloads with at least this many hash bits,
 #: so that an operator can be repartitioned to up to 16 partitions while its upstream runs on.
@@ -149,6 +155,11 @@ class PhysicalPlan:
                   max_containers: int | None = None) -> "PhysicalPlan":
         """Partitions, unifiers and container placement for a logical plan."""
         plan = cls()
+        started = time.monotonic()
+        total = sum(o.partitions for o in spec.operators.values())
+        big = total > BIG_PLAN
+        if big:
+            log.info("planning %d partitions of %d operators", total, len(spec.operators))
         parts: dict[str, list[PTOperator]] = {}
         for name in spec.topological_order():
             ospec = spec.operators[name]
@@ -203,11 +214,17 @@ class PhysicalPlan:
                                                        mask if n > 1 else 0, keys, codec))
             for up in upstream:
                 up.outputs[stream.source.port] = sname
+            if big:
+                log.info("planning: stream %s wired (%d physical operators so far, %.2f s)",
+                         sname, len(plan.operators), time.monotonic() - started)
         for op in plan.operators.values():
             if op.kind == "GENERIC" and op.inputs and all(
                     i.locality == "THREAD_LOCAL" for i in op.inputs):
                 op.kind = "OIO"
         plan._place(thread_groups + groups, max_containers)
+        if big:
+            log.info("planned %d physical operators in %d containers in %.2f s", len(plan.operators),
+                     len(plan.containers), time.monotonic() - started)
         return plan
 
     def _add(self, op: PTOperator) -> PTOperator:
@@ -267,6 +284,35 @@ class PhysicalPlan:
         """Operators with an input fed by ``op_id``."""
         return [o.id for o in self.operators.values() if op_id in o.source_ids]
 
+    def downstream_map(self) -> dict[int, list[int]]:
+        """Every operator's :meth:`downstream` at once, in one pass over the inputs."""
+        out: dict[int, list[int]] = {op_id: [] for op_id in self.operators}
+        for op in self.operators.values():
+            for src in op.source_ids:
+                if src in out:
+                    out[src].append(op.id)
+        return out
+
+    def inline_groups(self) -> dict[int, frozenset[int]]:
+        """Every operator's :meth:`inline_group` at once (one pass over the inputs)."""
+        parent = {op_id: op_id for op_id in self.operators}
+
+        def find(x: int) -> int:
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        for op in self.operators.values():
+            for inp in op.inputs:
+                if self.is_inline(op, inp):
+                    parent[find(inp.source_id)] = find(op.id)
+        members: dict[int, set[int]] = {}
+        for op_id in self.operators:
+            members.setdefault(find(op_id), set()).add(op_id)
+        groups = {root: frozenset(ids) for root, ids in members.items()}
+        return {op_id: groups[find(op_id)] for op_id in self.operators}
+
     def upstream(self, op_id: int) -> list[int]:
         op = self.operators.get(op_id)
         return sorted(op.source_ids & self.operators.keys()) if op else []
@@ -320,14 +366,15 @@ def affected_operators(plan: PhysicalPlan, failed: Iterable[int]) -> set[int]:
     """Operators to redeploy when ``failed`` are lost: them, everything downstream,
     and the operators sharing an in-container stream with any of those."""
     affected: set[int] = set()
+    downstream, groups = plan.downstream_map(), plan.inline_groups()
     frontier = list(failed)
     while frontier:
         op_id = frontier.pop()
         if op_id in affected or op_id not in plan.operators:
             continue
         affected.add(op_id)
-        frontier.extend(plan.downstream(op_id))
-        frontier.extend(plan.inline_group(op_id))
+        frontier.extend(downstream[op_id])
+        frontier.extend(groups[op_id])
     return affected
 
 

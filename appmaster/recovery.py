@@ -4,13 +4,20 @@ A mixin of :class:`~appmaster.state.MasterState` (it works on the state's
 plan and bookkeeping): a container that exited, stopped heartbeating or was
 killed, or an operator that failed, has its operators, everything downstream
 and their container-local upstream redeployed from their recovery
-checkpoints, with exponential backoff and the RECOVERY_ATTEMPTS limit.
+checkpoints, with exponential backoff (:func:`appmaster.rules.restart_backoff_millis`)
+and the RECOVERY_ATTEMPTS limit. An operator that fails again at the same
+window with the same error fails the application (a deterministic failure:
+restarting cannot help) unless RETRY_DETERMINISTIC_FAILURES is set; one that
+raised FatalError fails it at once. The diagnostics name the operator that
+raised, its exception and traceback.
 """
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 
+import proto
 from appmaster.events import ContainerExited, ErrorReport, KillContainerRequest, Tick, UnknownContainer
 from appmaster.instructions import Instruction, KillContainer
 from appmaster.plan import ContainerState, OperatorState, PTContainer, PTOperator, affected_operators
@@ -21,6 +28,18 @@ __all__ = ["Recovery"]
 
 #: Containers that will never run operators again.
 GONE = (ContainerState.LOST, ContainerState.RELEASED)
+#: Lines of an operator's traceback kept in the application's diagnostics.
+TRACEBACK_LINES = 40
+
+
+def failure_diagnostics(op: PTOperator, what: str, fallback: str = "") -> str:
+    """``operator <label> (<id>) <what>: <exception line>``, then the traceback (its last lines)."""
+    error = (op.last_error or fallback).strip()
+    text = f"operator {op.label} ({op.id}) {what}: {last_line(error) or 'no error reported'}"
+    lines = error.splitlines()
+    if len(lines) > 1:
+        text += "\n" + "\n".join(lines[-TRACEBACK_LINES:])
+    return text
 
 
 class Recovery:
@@ -28,6 +47,31 @@ class Recovery:
 
     plan: Any
     state: str
+    failures: dict[str, dict[str, Any]]
+
+    def _operator_failed(self, container: PTContainer, op: PTOperator, ohb: proto.OperatorHeartbeat,
+                         now: int) -> list[Instruction]:
+        """An operator reported FAILED: fail the application (fatal or deterministic), else restart it."""
+        op.state = OperatorState.FAILED
+        op.last_error = ohb.error or op.last_error
+        error, window = last_line(op.last_error), ohb.current_window_id
+        record = self.failures.setdefault(op.label, {"id": op.id, "count": 0, "seen": collections.deque(maxlen=20)})
+        record.update(id=op.id, error=error, window=window_hex(window), millis=now, count=record["count"] + 1)
+        self._note(now, "failed", f"operator {op.label} ({op.id}) failed after window {window_hex(window)}: "
+                                  f"{error}")
+        if ohb.fatal:
+            self._finish("FAILED", failure_diagnostics(op, "failed fatally"), now)
+            return self._maybe_finish()
+        again = (window, error) in record["seen"]
+        record["seen"].append((window, error))
+        if again and not op.attributes.get("RETRY_DETERMINISTIC_FAILURES",
+                                           self.attr("RETRY_DETERMINISTIC_FAILURES")):
+            self._finish("FAILED", failure_diagnostics(
+                op, f"failed again after window {window_hex(window)} with the same error, a deterministic "
+                    f"failure (set RETRY_DETERMINISTIC_FAILURES: true to keep retrying)"), now)
+            return self._maybe_finish()
+        return self._recover([container.id], now, f"operator {op.label} failed: {error}", kill=True,
+                             failed=op.id)
 
     def _handle_container_exited(self, ev: ContainerExited) -> list[Instruction]:
         """The launcher saw a container process end."""
@@ -79,8 +123,11 @@ class Recovery:
         return [KillContainer(ev.container_id, "killed by request")]
 
     def _recover(self, container_ids: list[str | None], now: int, reason: str,
-                 kill: bool = False) -> list[Instruction]:
-        """Redeploy what lost containers held, and what depends on it, from recovery checkpoints."""
+                 kill: bool = False, failed: int | None = None) -> list[Instruction]:
+        """Redeploy what lost containers held, and what depends on it, from recovery checkpoints.
+
+        ``failed``: the operator that raised (only its failures count toward RECOVERY_ATTEMPTS;
+        without it, every operator of the lost containers counts a failure)."""
         instructions: list[Instruction] = []
         lost_ops: set[int] = set()
         for cid in container_ids:
@@ -95,14 +142,13 @@ class Recovery:
         if not lost_ops or self.state != "RUNNING":
             return instructions + self._maybe_finish()
         limit = self.attr("RECOVERY_ATTEMPTS")
-        for op_id in sorted(lost_ops):
+        for op_id in sorted(lost_ops) if failed is None else [failed]:
             op = self.plan.operators[op_id]
             op.restarts += 1
             op_limit = op.attributes.get("RECOVERY_ATTEMPTS", limit)
             if op_limit is not None and op.restarts > int(op_limit):
-                self._finish("FAILED", f"operator {op.label} ({op.id}) failed {op.restarts} times "
-                                       f"(RECOVERY_ATTEMPTS={op_limit}); last error: "
-                                       f"{op.last_error or reason}", now)
+                self._finish("FAILED", failure_diagnostics(
+                    op, f"failed {op.restarts} times (RECOVERY_ATTEMPTS={op_limit}); last error", reason), now)
                 return instructions + self._maybe_finish()
         affected = affected_operators(self.plan, lost_ops)
         replacements: dict[str, str] = {}

@@ -127,6 +127,9 @@ class StateReports:
             "receivers": {op.label: self.window_history[op.id][-1].metrics["receiver"] for op in ops.values()
                           if self.window_history.get(op.id) and "receiver" in self.window_history[op.id][-1].metrics},
             "errors": list(self.errors)[-20:],
+            # each operator's last failure, newest last: what the progress line and get-app-info show
+            "failures": {label: {k: v for k, v in f.items() if k != "seen"}
+                         for label, f in sorted(self.failures.items(), key=lambda kv: kv[1]["millis"])},
             "events": [{"millis": e.millis, "kind": e.kind, "text": e.text} for e in list(self.events)[-50:]],
         }
 

@@ -17,13 +17,8 @@ def recovery_checkpoints(plan: PhysicalPlan, initial: int) -> dict[int, int]:
     ``initial`` (start from scratch).
     """
     ops = plan.operators
-    groups: dict[int, frozenset[int]] = {}
-    for op_id in ops:
-        if op_id not in groups:
-            group = frozenset(plan.inline_group(op_id))
-            for member in group:
-                groups[member] = group
-    downstream = {op_id: plan.downstream(op_id) for op_id in ops}
+    groups = plan.inline_groups()
+    downstream = plan.downstream_map()
 
     def ended(m: int) -> int | None:
         """The window a shut-down operator ended at (its state no longer changes after it)."""

@@ -55,14 +55,12 @@ from typing import Any, Mapping, Protocol
 
 from appmaster.plan import (INLINE_LOCALITIES, ContainerState, OperatorState, PhysicalPlan, PTContainer,
                             PTInput, PTOperator, _port_codec, _unifier_class, affected_operators)
+from appmaster.spec.limits import MAX_PARTITIONS
 from container.partition import owner_of, partition_keys, partition_mask
 
 __all__ = ["ScaleRefused", "StateWrite", "ScaleChange", "ScaleResult", "OperatorStats", "StateView",
            "plan_scale", "split_states", "scale_result", "scale_messages", "stats_view",
            "listener_requests", "MAX_PARTITIONS"]
-
-#: Largest partition count a request may ask for.
-MAX_PARTITIONS = 256
 
 
 class StateView(Protocol):

@@ -37,7 +37,7 @@ from appmaster.instructions import (AdoptContainer, DeleteCheckpoints, Finish, I
 from appmaster.plan import (ContainerState, OperatorState, PhysicalPlan, PTContainer, PTOperator,
                             affected_operators)
 from appmaster.recovery import GONE, Recovery
-from appmaster.reports import ALIVE, StateReports, WindowSample, decode_metrics, last_line, window_hex
+from appmaster.reports import ALIVE, StateReports, WindowSample, decode_metrics, window_hex
 from appmaster.rules import recovery_checkpoints, restart_backoff_millis
 from appmaster.scaling import ScaleRefused, ScaleResult
 from container.windows import initial_window
@@ -110,6 +110,8 @@ class MasterState(DeployMessages, Recovery, StateReports):
         self.window_history: dict[int, collections.deque[WindowSample]] = collections.defaultdict(
             lambda: collections.deque(maxlen=20))
         self.blocked: set[int] = set()
+        #: label -> the operator's last failure (error line, window, count), for info and progress
+        self.failures: dict[str, dict[str, Any]] = {}
         self.shutdown_requested = False
         self.heartbeats = 0
         #: Master attempt (a restarted master resumes from the journal with attempt + 1).
@@ -356,14 +358,7 @@ class MasterState(DeployMessages, Recovery, StateReports):
             self._note(now, "shutdown", f"operator {op.label} ({op.id}) shut down at window "
                                         f"{window_hex(op.shutdown_window)}; parked in shutdownOperators")
         elif ohb.state == proto.OperatorHeartbeat.FAILED and op.state != OperatorState.FAILED:
-            op.state = OperatorState.FAILED
-            op.last_error = ohb.error or op.last_error
-            self._note(now, "failed", f"operator {op.label} ({op.id}) failed: {last_line(op.last_error)}")
-            if ohb.fatal:
-                self._finish("FAILED", f"operator {op.label} ({op.id}) failed fatally: "
-                                       f"{last_line(op.last_error)}", now)
-                return self._maybe_finish()
-            return self._recover([container.id], now, f"operator {op.label} failed", kill=True)
+            return self._operator_failed(container, op, ohb, now)
         return []
 
     def _fill_response(self, container: PTContainer, response: proto.ContainerHeartbeatResponse) -> None:

@@ -79,6 +79,15 @@ def exists(uri: str) -> bool:
     return fs.get_file_info(path).type != pafs.FileType.NotFound
 
 
+def file_type(uri: str) -> str:
+    """``"file"``, ``"directory"`` or ``"missing"``: what ``uri`` names."""
+    fs, path = resolve(uri)
+    kind = fs.get_file_info(path).type
+    if kind == pafs.FileType.NotFound:
+        return "missing"
+    return "directory" if kind == pafs.FileType.Directory else "file"
+
+
 def delete(uri: str, missing_ok: bool = True) -> None:
     """Delete a file or a directory tree."""
     fs, path = resolve(uri)

@@ -47,8 +47,7 @@ def partition_mask(count: int) -> int:
 
 def partition_keys(count: int, index: int) -> list[int]:
     """Masked hash values that partition ``index`` of ``count`` owns."""
-    mask = partition_mask(count)
-    return [k for k in range(mask + 1) if k % count == index]
+    return list(range(index, partition_mask(count) + 1, count)) if count > 1 else [0]
 
 
 def owner_of(count: int, key_fn: Callable[[Any], Any] = lambda k: k) -> Callable[[Any], int]:

@@ -65,6 +65,9 @@ def load_reference(ref: Any, what: str = "attr",
     except ImportError as exc:
         raise ReferenceLoadError(f"cannot import module {module_name!r}: {exc}", module_name,
                                  cause=exc) from None
+    except SystemExit as exc:  # sys.exit() on import: the caller must not exit with it
+        raise ReferenceLoadError(f"importing module {module_name!r} called sys.exit({exc.code!r}); a module "
+                                 f"stram loads must not exit on import", module_name, cause=exc) from None
     except Exception as exc:  # noqa: BLE001 - a module that fails while importing
         raise ReferenceLoadError(f"importing module {module_name!r} failed: {type(exc).__name__}: {exc}",
                                  module_name, cause=exc) from None

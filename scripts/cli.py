@@ -124,6 +124,9 @@ def get_app_info(args: argparse.Namespace) -> int:
         for key in ("throughput", "recovery_checkpoints", "restarts", "shutdown_operators"):
             if i.get(key):
                 lines.append(f"  {key}: " + ", ".join(f"{k}={v}" for k, v in i[key].items()))
+        for label, f in (i.get("failures") or {}).items():
+            lines.append(f"  failed {label} ({f.get('count')}x, last after window {f.get('window')}): "
+                         f"{f.get('error')}")
         if i.get("blocked"):
             lines.append(f"  blocked: {', '.join(i['blocked'])}")
         for e in i.get("errors", [])[-5:]:

@@ -88,3 +88,17 @@ class SlowFinalOutput(JsonLinesOutput):
         if self.pending and min(self.pending) <= window_id:
             time.sleep(self.delay)
         super().committed(window_id)
+
+
+class PickySplitter(Operator):
+    """Splits lines into words like WordSplitter, but raises on the one line containing ``bad``."""
+
+    input = InputPort()
+    output = OutputPort()
+    bad: str = "shipkeepers"
+
+    def process_input(self, line: str) -> None:
+        if self.bad in line:
+            raise ValueError(f"cannot split line {line!r}")
+        for word in line.lower().split():
+            self.output.emit(word)

@@ -144,7 +144,8 @@ def test_recovery_attempts_exhausted_fails_with_diagnostic(tmp_path, capsys):
     spec = tmp_path / "boom.yaml"
     spec.write_text(f"""
 name: boom
-attributes: {{STREAMING_WINDOW_SIZE_MILLIS: 100, HEARTBEAT_INTERVAL_MILLIS: 300, RECOVERY_ATTEMPTS: 2}}
+attributes: {{STREAMING_WINDOW_SIZE_MILLIS: 100, HEARTBEAT_INTERVAL_MILLIS: 300, RECOVERY_ATTEMPTS: 2,
+             RETRY_DETERMINISTIC_FAILURES: true}}
 operators:
   reader: {{class: "container.operators.io:LineReader", properties: {{path: "{MOBY}", lines_per_window: 10}}}}
   boom: {{class: "tests.e2e_ops:Boom", properties: {{after: 30}}}}

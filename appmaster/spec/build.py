@@ -11,6 +11,7 @@ from appmaster import attributes as attrs
 from appmaster.attributes import Scope, _show
 from appmaster.spec.errors import SpecError
 from appmaster.spec.imports import _class_ref, _resolve, load_operator_class
+from appmaster.spec.limits import MAX_NAME_LENGTH, MAX_PARTITIONS
 from appmaster.spec.parts import (CODECS, INLINE_LOCALITIES, LOCALITIES, OperatorSpec, PortRef,
                                   StreamSpec)
 from appmaster.spec.proptypes import _conform, _Mismatch
@@ -65,6 +66,7 @@ class _Builder:
         name = data["name"]
         if not isinstance(name, str) or not name.strip():
             raise self.error("name", f"expected a non-empty string, got {_show(name)}")
+        self.check_length("name", "application name", name)
         description = data.get("description") or ""
         if not isinstance(description, str):
             raise self.error("description", f"expected a string, got {_kind(description)}")
@@ -74,6 +76,12 @@ class _Builder:
         streams = self.streams(data.get("streams"), operators)
         return dict(name=name, attributes=attributes, operators=operators, streams=streams,
                     source=self.source, description=description)
+
+    def check_length(self, path: str, what: str, name: str) -> None:
+        """Names longer than :data:`~appmaster.spec.limits.MAX_NAME_LENGTH` are refused."""
+        if len(name) > MAX_NAME_LENGTH:
+            raise self.error(path, f"the {what} {_show(name)} has {len(name)} characters; "
+                                   f"at most {MAX_NAME_LENGTH} are allowed")
 
     def check_keys(self, path: str, data: dict, known: tuple[str, ...], what: str) -> None:
         for key in data:
@@ -127,6 +135,7 @@ class _Builder:
     def operator(self, name: Any, data: Any) -> OperatorSpec:
         if not isinstance(name, str) or not _NAME_RE.match(name):
             raise self.error("operators", f"invalid operator name {_show(name)} ({_NAME_RULE})")
+        self.check_length("operators", "operator name", name)
         path = f"operators.{name}"
         if not isinstance(data, dict):
             raise self.error(path, f"expected a mapping with at least 'class', got {_kind(data)}")
@@ -145,6 +154,9 @@ class _Builder:
         if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
             raise self.error(f"{path}.partitions",
                              f"expected an integer >= 1, got {_show(partitions)}")
+        if partitions > MAX_PARTITIONS:
+            raise self.error(f"{path}.partitions",
+                             f"at most {MAX_PARTITIONS} partitions per operator, got {partitions}")
         attributes = self.attributes(f"{path}.attributes", data.get("attributes"),
                                      Scope.OPERATOR)
         port_attributes = self.port_attributes(f"{path}.port_attributes",
@@ -197,6 +209,7 @@ class _Builder:
                sources: dict[PortRef, str], sinks: dict[PortRef, str]) -> StreamSpec:
         if not isinstance(name, str) or not _NAME_RE.match(name):
             raise self.error("streams", f"invalid stream name {_show(name)} ({_NAME_RULE})")
+        self.check_length("streams", "stream name", name)
         path = f"streams.{name}"
         if not isinstance(data, dict):
             raise self.error(path, f"expected a mapping with 'from' and 'to', got {_kind(data)}")

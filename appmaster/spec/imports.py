@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
+import os
 import sys
+import threading
 from typing import Any
 
 from appmaster.attributes import _show
@@ -43,12 +46,49 @@ def _resolve(ref: str, what: str) -> Any:
     """Import ``"module:attr.path"``; ``what`` names the object in messages."""
     if not isinstance(ref, str):
         raise ValueError(f"expected 'module:{what}', got {_show(ref)}")
+    _probe_import(ref.partition(":")[0])
     try:
         return load_reference(ref, what, hint=_operators_hint if what == "Class" else None)
     except ReferenceLoadError as exc:
         if exc.module is None:
             raise ValueError(f"expected 'module:{what}', got {_show(ref)}") from None
         raise ValueError(str(exc)) from None
+
+
+#: stram's own packages: trusted, never probed.
+_OWN = ("appmaster", "container", "proto", "scripts")
+
+
+def _probe_import(module_name: str) -> None:
+    """Import a user module first in a forked child, so that one ending the process on import
+    (``os._exit``, a signal) gives a spec error naming it instead of a silent exit code.
+
+    Cheap (a fork, then the import) and done once per module and process; skipped
+    for stram's own modules, modules already imported, without ``fork`` and when
+    other threads run (forking them is unsafe). ``sys.exit`` is caught in-process
+    by :func:`container.refs.load_reference`.
+    """
+    if not module_name or module_name in sys.modules or module_name.split(".")[0] in _OWN \
+            or not hasattr(os, "fork") or threading.active_count() > 1:
+        return
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: import, say it came back, leave without running any cleanup
+        os.close(read_end)
+        try:
+            importlib.import_module(module_name)
+        except BaseException:  # noqa: BLE001 - the parent imports it again and reports it
+            pass
+        os.write(write_end, b"ok")
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        answer = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    if answer != b"ok":
+        raise ValueError(f"importing module {module_name!r} ended the process (exit code "
+                         f"{os.waitstatus_to_exitcode(status)}: os._exit or a signal); a module "
+                         f"used in a spec must not exit on import")
 
 
 def _class_ref(cls: type) -> str:

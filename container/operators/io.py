@@ -6,7 +6,7 @@ import json
 from typing import Any, Optional
 
 from container import fs
-from container.operator import (InputOperator, InputPort, Operator, OperatorContext,
+from container.operator import (FatalError, InputOperator, InputPort, Operator, OperatorContext,
                                 OutputPort, ShutdownException)
 
 
@@ -33,7 +33,13 @@ class LineReader(InputOperator):
 
     def setup(self, context: OperatorContext) -> None:
         if not self.path:
-            raise ValueError("LineReader needs the property 'path'")
+            raise FatalError("LineReader needs the property 'path'")
+        # a restart cannot make a missing file appear: the application fails at once, saying why
+        kind = fs.file_type(self.path)
+        if kind == "missing":
+            raise FatalError(f"LineReader: the input file {self.path} does not exist")
+        if kind == "directory":
+            raise FatalError(f"LineReader: the input path {self.path} is a directory, not a file")
         self._file = _LineFile(self.path, self.offset)
 
     def begin_window(self, window_id: int) -> None:
