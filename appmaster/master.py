@@ -297,10 +297,8 @@ class AppMaster:
         register = getattr(self.launcher, "register_ui", None)
         if register is not None:
             register(self.admin_url)
-        fs.write_atomic(apppath.file(self.app_path, apppath.ADMIN), json.dumps(
-            {"url": self.admin_url, "pid": os.getpid(), "host": self.host}).encode())
-        # containers find the master here; written last, once everything serves
-        fs.write_atomic(apppath.file(self.app_path, apppath.HEARTBEAT_URI), f"{self.host}:{self.port}".encode())
+        # containers find the master in heartbeatUri: written last, once everything serves
+        self.keep_address_files(force=True)
         log.info("application %s: umbilical at %s:%d, admin API at %s", self.app_id, self.host,
                  self.port, self.admin_url)
         if self.state.attempt == 1:
@@ -309,11 +307,44 @@ class AppMaster:
             self.dispatch(AdoptContainers(_now(), getattr(self.launcher, "adopt", None) is not None))
         self.write_status()
 
+    def address_files(self) -> dict[str, bytes]:
+        """What ``admin.json`` and ``heartbeatUri`` hold while this master runs."""
+        import psutil
+        admin = {"url": self.admin_url, "pid": os.getpid(), "host": self.host,
+                 "started": psutil.Process().create_time()}
+        return {apppath.ADMIN: json.dumps(admin).encode(),
+                apppath.HEARTBEAT_URI: f"{self.host}:{self.port}".encode()}
+
+    def keep_address_files(self, force: bool = False) -> list[str]:
+        """Write ``admin.json`` and ``heartbeatUri`` (in that order) where they are missing or
+        stale (``force``: always); the names rewritten. A new container finds its master only
+        through ``heartbeatUri``, so :meth:`run` checks them every :data:`KEEP_FILES_SECONDS`."""
+        rewritten = []
+        for name, data in self.address_files().items():
+            uri = apppath.file(self.app_path, name)
+            if not force:
+                try:
+                    if fs.read_bytes(uri) == data:
+                        continue
+                except OSError:
+                    pass  # missing or unreadable: rewrite it
+                log.warning("%s was missing or stale; rewriting it", name)
+            fs.write_atomic(uri, data)
+            rewritten.append(name)
+        return rewritten
+
     def run(self) -> str:
         """Serve until the application ends; returns its final state."""
         self.start()
         last_status = 0.0
+        last_files = time.monotonic()
         while not self.finished.wait(0.2):
+            if time.monotonic() - last_files > KEEP_FILES_SECONDS:
+                last_files = time.monotonic()
+                try:
+                    self.keep_address_files()
+                except OSError:
+                    log.exception("could not rewrite the master's address files")
             for cid, code in self.launcher.poll():
                 self.dispatch(ContainerExited(cid, code, _now()))
             self.dispatch(Tick(_now()))
@@ -380,6 +411,9 @@ class AppMaster:
         except OSError:
             log.exception("could not write status.json")
 
+
+#: Seconds between two checks that ``heartbeatUri`` and ``admin.json`` are present and current.
+KEEP_FILES_SECONDS = 2.0
 
 #: The stats listener is called at most this often.
 LISTENER_INTERVAL_MILLIS = 1000
