@@ -27,9 +27,10 @@ from appmaster.journal import read_journal, write_journal
 from appmaster.launcher import ContainerRequest, Launcher
 from appmaster.server import UmbilicalServicer, create_server
 from appmaster.state import (AdoptContainer, AdoptContainers, ContainerExited, ContainersStopped,
-                             DeleteCheckpoints, Finish, Instruction, KillApp, KillContainer,
-                             LaunchContainer, MasterEvent, MasterState, Note, Reply, ScaleRequest,
-                             ShutdownRequest, SplitCheckpoints, Start, Tick, UnknownInstruction)
+                             ContainerStarted, DeleteCheckpoints, Finish, Instruction, KillApp,
+                             KillContainer, LaunchContainer, MasterEvent, MasterState, Note, Reply,
+                             ScaleRequest, ShutdownRequest, SplitCheckpoints, Start, Tick,
+                             UnknownInstruction)
 from container import apppath, fs
 
 log = logging.getLogger("appmaster")
@@ -167,10 +168,13 @@ class AppMaster:
     def _launch_container(self, ins: LaunchContainer) -> None:
         env = {"STRAM_CONTAINER_ID": ins.container_id, "STRAM_APP_PATH": self.app_path,
                "STRAM_TOKEN": self.token, "STRAM_APP_ID": self.app_id}
-        self.launcher.launch(ContainerRequest(ins.container_id, ins.memory_mb, ins.vcores, ins.hosts, env))
+        started = self.launcher.launch(ContainerRequest(ins.container_id, ins.memory_mb, ins.vcores,
+                                                        ins.hosts, env))
+        if started is not None:  # journaled: a later attempt takes over this process, and no other
+            self.dispatch(ContainerStarted(ins.container_id, started[0], started[1], _now()))
 
     def _adopt_container(self, ins: AdoptContainer) -> None:
-        self.launcher.adopt(ins.container_id, ins.pid)  # type: ignore[attr-defined]
+        self.launcher.adopt(ins.container_id, ins.pid, ins.started)  # type: ignore[attr-defined]
 
     def _kill_container(self, ins: KillContainer) -> None:
         log.info("killing %s: %s", ins.container_id, ins.reason)
