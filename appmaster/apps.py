@@ -1,8 +1,11 @@
 """Where applications are found: the local registry under ``$STRAM_HOME`` and YARN application ids.
 
 A local application is a directory ``$STRAM_HOME/apps/<appId>/`` (its
-``APP_PATH``) holding ``status.json`` (written by the master) and
-``admin.json`` (the master's admin URL and pid while it runs). An application
+``APP_PATH``) holding ``status.json`` (written by the master),
+``admin.json`` (the master's admin URL and pid while it runs) and
+``supervisor.json`` (the process that starts its master attempts,
+:mod:`appmaster.supervise`). An application whose supervisor and master are
+both gone is FAILED, whatever its last ``status.json`` said. An application
 is described to the rest of stram as a plain dict: ``id``, ``state``,
 ``app_path``, ``admin_url``, and ``yarn: True`` for a YARN application.
 """
@@ -43,20 +46,32 @@ def read_json(path: str) -> dict[str, Any] | None:
         return None
 
 
-def _pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
+def _alive(doc: dict[str, Any] | None) -> bool | None:
+    """Whether the process a ``{"pid", "started"}`` document names still runs (a zombie, or
+    another process that reuses the pid, does not); None when the document names none."""
+    if not doc or not doc.get("pid"):
+        return None
+    import psutil
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        proc = psutil.Process(int(doc["pid"]))
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        started = doc.get("started")
+        return not started or abs(proc.create_time() - float(started)) < 0.05
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
-        return True
-    try:  # a zombie (exited, not yet reaped) is not alive
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
+    except psutil.Error:
+        return True  # there, but not ours to inspect
+
+
+def _master_gone(path: str, status: dict[str, Any], admin: dict[str, Any]) -> bool:
+    """True when nothing runs the application any more: its supervisor (which starts new
+    master attempts, :mod:`appmaster.supervise`) and its master have both exited."""
+    supervisor = _alive(read_json(os.path.join(path, apppath.SUPERVISOR)))
+    master = _alive(admin or ({"pid": status["pid"]} if status.get("pid") else None))
+    if supervisor is None and master is None:
+        return False  # starting: nothing written yet
+    return not supervisor and not master
 
 
 def local_apps() -> list[dict[str, Any]]:
@@ -68,8 +83,7 @@ def local_apps() -> list[dict[str, Any]]:
         path = os.path.join(apps_dir(), app_id)
         status = read_json(os.path.join(path, apppath.STATUS)) or {"id": app_id, "state": "STARTING"}
         admin = read_json(os.path.join(path, apppath.ADMIN)) or {}
-        pid = admin.get("pid") or status.get("pid")
-        if status.get("state") not in TERMINAL and pid and not _pid_alive(pid):
+        if status.get("state") not in TERMINAL and _master_gone(path, status, admin):
             status["state"] = "FAILED"
             status["diagnostics"] = "the master process exited without a final state"
         status.setdefault("id", app_id)

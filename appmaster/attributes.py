@@ -254,6 +254,9 @@ ATTRIBUTES: dict[str, Attribute] = _table(
               "(false: block the publisher).", _DAG),
     _int("CONTAINERS_MAX_COUNT", None, "Most containers the application may hold.", _DAG,
          null_means="no limit"),
+    _int("MASTER_ATTEMPTS", 2, "Attempts of the application master: one that dies without a final "
+         "state is started again (resuming from its journal) until this many (YARN max_attempts; "
+         "locally the supervisor).", _DAG),
     _int("MASTER_MEMORY_MB", 1024, "Memory of the application master's container.", _DAG),
     _int("MASTER_VCORES", 1, "Virtual cores of the application master's container.", _DAG),
     _int("CONTAINER_MEMORY_MB", 1024,

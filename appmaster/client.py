@@ -4,27 +4,23 @@
 ``admin.json``) or through YARN (the ResourceManager's web proxy, see
 :mod:`appmaster.yarn.client`). :class:`LocalRun` is what
 :func:`appmaster.follow.follow` watches for a local ``stram launch``: the
-master's process, restarted (a new attempt resumes from the journal) when it
-dies without a final state, up to :data:`MASTER_ATTEMPTS` attempts.
+application's supervisor (:mod:`appmaster.supervise`), the one process that
+starts master attempts (a new attempt resumes from the journal) for a
+detached launch and a followed one alike.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import time
-from typing import Any, Callable
+from typing import Any
 
 from appmaster.adminhttp import request_json
-from appmaster.apps import TERMINAL, apps_dir, find_app, read_json
+from appmaster.apps import TERMINAL, find_app
 from appmaster.errors import ClusterUnreachable, StramError
-from container import apppath
 
-__all__ = ["MASTER_ATTEMPTS", "admin", "app_info", "failure_note", "LocalRun"]
+__all__ = ["admin", "app_info", "failure_note", "LocalRun"]
 
-#: Master attempts in a foreground local launch (YARN's default max_attempts is 2 as well).
-MASTER_ATTEMPTS = 2
 #: Seconds a call waits for a starting master's admin API to come up.
 STARTING_WAIT = 20.0
 
@@ -75,39 +71,25 @@ def failure_note(info: dict[str, Any]) -> str:
 
 
 class LocalRun:
-    """A local application followed by ``stram launch``: its master process, restarted when it dies.
+    """A local application followed by ``stram launch``: its supervisor process
+    (:mod:`appmaster.supervise`), which starts master attempts until the application ends.
 
     Parameters
     ----------
     app_id:
         The application id.
-    master:
-        The master's process.
-    restart:
-        Starts a new master attempt; None: never restart.
+    supervisor:
+        The supervisor's process.
     """
 
-    def __init__(self, app_id: str, master: subprocess.Popen,
-                 restart: Callable[[], subprocess.Popen] | None = None) -> None:
+    def __init__(self, app_id: str, supervisor: subprocess.Popen) -> None:
         self.app_id = app_id
-        self.master = master
-        self.restart = restart
-        self.attempts = 1
-
-    def _written_state(self) -> str | None:
-        return (read_json(os.path.join(apps_dir(), self.app_id, apppath.STATUS)) or {}).get("state")
+        self.supervisor = supervisor
 
     def poll(self) -> str | None:
-        if self.master.poll() is None:
+        if self.supervisor.poll() is None:
             return None
-        state = self._written_state()
-        if state in TERMINAL or self.restart is None or self.attempts >= MASTER_ATTEMPTS:
-            return find_app(self.app_id).get("state")
-        self.attempts += 1
-        print(f"\nthe application master exited ({self.master.returncode}) without a final state; "
-              f"starting attempt {self.attempts}", file=sys.stderr)
-        self.master = self.restart()
-        return None
+        return find_app(self.app_id).get("state")
 
     def progress(self, elapsed: float) -> str:
         try:
@@ -134,12 +116,12 @@ class LocalRun:
             pass  # not up yet or already ending: the run ends on its own or by Ctrl-C
 
     def kill(self) -> None:
-        self.master.terminate()
+        self.supervisor.terminate()  # passed on to the master, which kills the application
         try:
-            self.master.wait(30)
+            self.supervisor.wait(30)
         except subprocess.TimeoutExpired:
-            self.master.kill()
-            self.master.wait()
+            self.supervisor.kill()
+            self.supervisor.wait()
 
     def outcome(self) -> tuple[str, str]:
         app = find_app(self.app_id)

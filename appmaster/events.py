@@ -12,7 +12,7 @@ from typing import Any
 
 import proto
 
-__all__ = ["MasterEvent", "Start", "AdoptContainers", "InitContextRequest", "Heartbeat", "ErrorReport",
+__all__ = ["MasterEvent", "Start", "AdoptContainers", "ContainerStarted", "InitContextRequest", "Heartbeat", "ErrorReport",
            "ContainerExited", "Tick", "KillContainerRequest", "KillApp", "ShutdownRequest",
            "ContainersStopped", "ScaleRequest", "ScaleStatesWritten", "Note", "UnknownEvent", "UnknownContainer"]
 
@@ -39,6 +39,18 @@ class AdoptContainers(MasterEvent):
     now: int
     #: The launcher can take over a running process by its pid (else only pending ones are relaunched).
     launcher_adopts: bool
+
+
+@dataclass(frozen=True)
+class ContainerStarted(MasterEvent):
+    """The launcher started a container's process: which one it is, for a later attempt to
+    take it over (and to never take over, or signal, another process that reuses its pid)."""
+
+    container_id: str
+    pid: int
+    #: The process's start time (``psutil.Process.create_time()``, seconds since the epoch).
+    started: float
+    now: int
 
 
 @dataclass(frozen=True)

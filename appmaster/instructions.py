@@ -33,10 +33,12 @@ class LaunchContainer(Instruction):
 
 @dataclass(frozen=True)
 class AdoptContainer(Instruction):
-    """Take over a container process the previous master attempt started."""
+    """Take over a container process the previous master attempt started, if the live
+    process ``pid`` is proven to be it (start time ``started`` and its container id)."""
 
     container_id: str
     pid: int
+    started: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,12 @@
 A launcher is the master's only way to get containers. The master calls
 ``launch``/``kill`` and polls ``poll()`` for containers that ended; the
 decisions stay in :class:`appmaster.state.MasterState`.
+
+Locally, a new master attempt takes over the containers of the previous one
+(:meth:`LocalLauncher.adopt`) only when the live process is proven to be that
+container (:func:`proven_container`: the start time recorded at launch and
+``STRAM_CONTAINER_ID`` in its environment); a pid reused by another process
+is never taken over and never signalled.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+
+import psutil
 
 log = logging.getLogger("appmaster.launcher")
 
@@ -32,8 +40,12 @@ class Launcher(abc.ABC):
     """Starts container agents (``python -m container``) with their environment."""
 
     @abc.abstractmethod
-    def launch(self, request: ContainerRequest) -> None:
-        """Start a container; it finds the master through APP_PATH/heartbeatUri."""
+    def launch(self, request: ContainerRequest) -> tuple[int, float] | None:
+        """Start a container; it finds the master through APP_PATH/heartbeatUri.
+
+        Returns the process started, ``(pid, start time)``, where this launcher can take
+        it over in a later master attempt; else None.
+        """
 
     @abc.abstractmethod
     def kill(self, container_id: str) -> None:
@@ -65,9 +77,11 @@ class LocalLauncher(Launcher):
         self.log_dir = log_dir
         self.cwd = cwd or os.getcwd()
         self.processes: dict[str, subprocess.Popen] = {}
+        #: Containers a new attempt could not take over: reported ended by poll().
+        self._lost: list[tuple[str, int | None]] = []
         os.makedirs(log_dir, exist_ok=True)
 
-    def launch(self, request: ContainerRequest) -> None:
+    def launch(self, request: ContainerRequest) -> tuple[int, float] | None:
         env = dict(os.environ)
         env.update(request.env)
         env["STRAM_HOST"] = "127.0.0.1"
@@ -79,6 +93,10 @@ class LocalLauncher(Launcher):
         out.close()
         self.processes[request.container_id] = proc
         log.info("launched %s as pid %d", request.container_id, proc.pid)
+        try:  # our child: its pid is not reused before we reap it
+            return proc.pid, psutil.Process(proc.pid).create_time()
+        except psutil.Error:
+            return None  # already gone: poll() reports the exit
 
     def kill(self, container_id: str) -> None:
         proc = self.processes.get(container_id)
@@ -86,17 +104,26 @@ class LocalLauncher(Launcher):
             proc.send_signal(signal.SIGKILL)
             log.info("killed %s (pid %d)", container_id, proc.pid)
 
-    def adopt(self, container_id: str, pid: int) -> None:
-        """Track a container a previous master attempt started (a new attempt takes over)."""
-        self.processes[container_id] = _Adopted(pid)  # type: ignore[assignment]
+    def adopt(self, container_id: str, pid: int, started: float) -> bool:
+        """Track a container a previous master attempt started (a new attempt takes over),
+        if the live process ``pid`` is proven to be it (:func:`proven_container`); else the
+        container is reported ended by the next :meth:`poll` and ``pid`` is never signalled."""
+        proc = proven_container(pid, started, container_id)
+        if proc is None:
+            self._lost.append((container_id, None))
+            log.warning("not taking over %s: pid %d is not that container (gone, or another process "
+                        "with its pid); the container is lost", container_id, pid)
+            return False
+        self.processes[container_id] = _Adopted(proc)  # type: ignore[assignment]
         log.info("adopted %s (pid %d) from the previous master attempt", container_id, pid)
+        return True
 
     def pid(self, container_id: str) -> int | None:
         proc = self.processes.get(container_id)
         return proc.pid if proc is not None else None
 
     def poll(self) -> list[tuple[str, int | None]]:
-        ended = []
+        ended, self._lost = self._lost, []
         for cid, proc in list(self.processes.items()):
             code = proc.poll()
             if code is not None:
@@ -121,21 +148,45 @@ class LocalLauncher(Launcher):
         self.processes.clear()
 
 
-class _Adopted:
-    """A process this master did not start, with the parts of Popen the launcher uses."""
+#: Start times of one process, as read by two processes, agree to within this many seconds.
+START_TIME_TOLERANCE = 0.05
 
-    def __init__(self, pid: int) -> None:
-        import psutil
-        self.pid = pid
-        try:
-            self._proc: "psutil.Process | None" = psutil.Process(pid)
-        except psutil.NoSuchProcess:
-            self._proc = None
+
+def proven_container(pid: int, started: float, container_id: str,
+                     app_id: str | None = None) -> psutil.Process | None:
+    """The live process ``pid`` if it is proven to be container ``container_id``: it started
+    at ``started`` (``create_time``, as recorded at launch) and its environment carries
+    ``STRAM_CONTAINER_ID=<container_id>`` (and ``STRAM_APP_ID=<app_id>`` when given).
+    None otherwise: gone, a zombie, another process that reuses the pid, or one we may
+    not inspect."""
+    if not pid or not started:
+        return None
+    try:
+        proc = psutil.Process(pid)
+        if abs(proc.create_time() - started) > START_TIME_TOLERANCE or proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        env = proc.environ()
+    except psutil.Error:
+        return None
+    if env.get("STRAM_CONTAINER_ID") != container_id:
+        return None
+    if app_id is not None and env.get("STRAM_APP_ID") != app_id:
+        return None
+    return proc
+
+
+class _Adopted:
+    """A process this master did not start, with the parts of Popen the launcher uses.
+
+    Signals go through ``psutil``, which refuses a process whose pid was reused since
+    (it compares the start time), so a stranger is never signalled.
+    """
+
+    def __init__(self, proc: psutil.Process) -> None:
+        self.pid = proc.pid
+        self._proc = proc
 
     def poll(self) -> int | None:
-        import psutil
-        if self._proc is None:
-            return -1
         try:
             if self._proc.status() == psutil.STATUS_ZOMBIE or not self._proc.is_running():
                 return -1
@@ -145,8 +196,8 @@ class _Adopted:
 
     def send_signal(self, signum: int) -> None:
         try:
-            os.kill(self.pid, signum)
-        except ProcessLookupError:
+            self._proc.send_signal(signum)
+        except psutil.NoSuchProcess:  # gone, or its pid now belongs to another process
             pass
 
     def terminate(self) -> None:

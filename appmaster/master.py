@@ -27,9 +27,10 @@ from appmaster.journal import read_journal, write_journal
 from appmaster.launcher import ContainerRequest, Launcher
 from appmaster.server import UmbilicalServicer, create_server
 from appmaster.state import (AdoptContainer, AdoptContainers, ContainerExited, ContainersStopped,
-                             DeleteCheckpoints, Finish, Instruction, KillApp, KillContainer,
-                             LaunchContainer, MasterEvent, MasterState, Note, Reply, ScaleRequest,
-                             ShutdownRequest, SplitCheckpoints, Start, Tick, UnknownInstruction)
+                             ContainerStarted, DeleteCheckpoints, Finish, Instruction, KillApp,
+                             KillContainer, LaunchContainer, MasterEvent, MasterState, Note, Reply,
+                             ScaleRequest, ShutdownRequest, SplitCheckpoints, Start, Tick,
+                             UnknownInstruction)
 from container import apppath, fs
 
 log = logging.getLogger("appmaster")
@@ -167,10 +168,13 @@ class AppMaster:
     def _launch_container(self, ins: LaunchContainer) -> None:
         env = {"STRAM_CONTAINER_ID": ins.container_id, "STRAM_APP_PATH": self.app_path,
                "STRAM_TOKEN": self.token, "STRAM_APP_ID": self.app_id}
-        self.launcher.launch(ContainerRequest(ins.container_id, ins.memory_mb, ins.vcores, ins.hosts, env))
+        started = self.launcher.launch(ContainerRequest(ins.container_id, ins.memory_mb, ins.vcores,
+                                                        ins.hosts, env))
+        if started is not None:  # journaled: a later attempt takes over this process, and no other
+            self.dispatch(ContainerStarted(ins.container_id, started[0], started[1], _now()))
 
     def _adopt_container(self, ins: AdoptContainer) -> None:
-        self.launcher.adopt(ins.container_id, ins.pid)  # type: ignore[attr-defined]
+        self.launcher.adopt(ins.container_id, ins.pid, ins.started)  # type: ignore[attr-defined]
 
     def _kill_container(self, ins: KillContainer) -> None:
         log.info("killing %s: %s", ins.container_id, ins.reason)
@@ -297,10 +301,8 @@ class AppMaster:
         register = getattr(self.launcher, "register_ui", None)
         if register is not None:
             register(self.admin_url)
-        fs.write_atomic(apppath.file(self.app_path, apppath.ADMIN), json.dumps(
-            {"url": self.admin_url, "pid": os.getpid(), "host": self.host}).encode())
-        # containers find the master here; written last, once everything serves
-        fs.write_atomic(apppath.file(self.app_path, apppath.HEARTBEAT_URI), f"{self.host}:{self.port}".encode())
+        # containers find the master in heartbeatUri: written last, once everything serves
+        self.keep_address_files(force=True)
         log.info("application %s: umbilical at %s:%d, admin API at %s", self.app_id, self.host,
                  self.port, self.admin_url)
         if self.state.attempt == 1:
@@ -309,11 +311,44 @@ class AppMaster:
             self.dispatch(AdoptContainers(_now(), getattr(self.launcher, "adopt", None) is not None))
         self.write_status()
 
+    def address_files(self) -> dict[str, bytes]:
+        """What ``admin.json`` and ``heartbeatUri`` hold while this master runs."""
+        import psutil
+        admin = {"url": self.admin_url, "pid": os.getpid(), "host": self.host,
+                 "started": psutil.Process().create_time()}
+        return {apppath.ADMIN: json.dumps(admin).encode(),
+                apppath.HEARTBEAT_URI: f"{self.host}:{self.port}".encode()}
+
+    def keep_address_files(self, force: bool = False) -> list[str]:
+        """Write ``admin.json`` and ``heartbeatUri`` (in that order) where they are missing or
+        stale (``force``: always); the names rewritten. A new container finds its master only
+        through ``heartbeatUri``, so :meth:`run` checks them every :data:`KEEP_FILES_SECONDS`."""
+        rewritten = []
+        for name, data in self.address_files().items():
+            uri = apppath.file(self.app_path, name)
+            if not force:
+                try:
+                    if fs.read_bytes(uri) == data:
+                        continue
+                except OSError:
+                    pass  # missing or unreadable: rewrite it
+                log.warning("%s was missing or stale; rewriting it", name)
+            fs.write_atomic(uri, data)
+            rewritten.append(name)
+        return rewritten
+
     def run(self) -> str:
         """Serve until the application ends; returns its final state."""
         self.start()
         last_status = 0.0
+        last_files = time.monotonic()
         while not self.finished.wait(0.2):
+            if time.monotonic() - last_files > KEEP_FILES_SECONDS:
+                last_files = time.monotonic()
+                try:
+                    self.keep_address_files()
+                except OSError:
+                    log.exception("could not rewrite the master's address files")
             for cid, code in self.launcher.poll():
                 self.dispatch(ContainerExited(cid, code, _now()))
             self.dispatch(Tick(_now()))
@@ -398,6 +433,9 @@ class AppMaster:
         except OSError:
             log.exception("could not write status.json")
 
+
+#: Seconds between two checks that ``heartbeatUri`` and ``admin.json`` are present and current.
+KEEP_FILES_SECONDS = 2.0
 
 #: The stats listener is called at most this often.
 LISTENER_INTERVAL_MILLIS = 1000

@@ -124,6 +124,10 @@ class PTContainer:
     buffer_server: tuple[str, int] | None = None
     last_heartbeat_millis: int = 0
     process: str = ""
+    #: The process the launcher started for it (0: not known) and its start time
+    #: (``psutil`` create_time): what a new master attempt checks before taking it over.
+    pid: int = 0
+    process_started: float = 0.0
     memory_mb: int = 0
     vcores: int = 1
     #: Operators placed here but not yet sent in a deploy request.

@@ -18,8 +18,9 @@ import collections
 from typing import Any
 
 import proto
-from appmaster.events import ContainerExited, ErrorReport, KillContainerRequest, Tick, UnknownContainer
-from appmaster.instructions import Instruction, KillContainer
+from appmaster.events import (AdoptContainers, ContainerExited, ContainerStarted, ErrorReport,
+                              KillContainerRequest, Tick, UnknownContainer)
+from appmaster.instructions import AdoptContainer, Instruction, KillContainer
 from appmaster.plan import ContainerState, OperatorState, PTContainer, PTOperator, affected_operators
 from appmaster.reports import last_line, window_hex
 from appmaster.rules import restart_backoff_millis
@@ -72,6 +73,33 @@ class Recovery:
             return self._maybe_finish()
         return self._recover([container.id], now, f"operator {op.label} failed: {error}", kill=True,
                              failed=op.id)
+
+    def _handle_adopt_containers(self, ev: AdoptContainers) -> list[Instruction]:
+        """A new attempt: take over the containers the previous master started.
+
+        A container is taken over only as the process its launcher recorded
+        (:class:`ContainerStarted`: pid and start time); the launcher checks that the
+        live process is still that one and carries the container's id, else it
+        reports the container lost (it never signals that pid). Pending containers
+        the launcher cannot take over are launched again.
+        """
+        instructions: list[Instruction] = []
+        for container in self.plan.containers.values():
+            if container.state not in (ContainerState.PENDING, ContainerState.RUNNING):
+                continue
+            if ev.launcher_adopts and (container.pid or container.state == ContainerState.RUNNING):
+                # a RUNNING container without a recorded start time cannot be proven: lost
+                instructions.append(AdoptContainer(container.id, container.pid, container.process_started))
+            elif container.state == ContainerState.PENDING:
+                instructions.append(self._launch(container, ev.now))  # type: ignore[attr-defined]
+        return instructions
+
+    def _handle_container_started(self, ev: ContainerStarted) -> list[Instruction]:
+        """The launcher started a container's process: remember who it is (journaled)."""
+        container = self.plan.containers.get(ev.container_id)
+        if container is not None and container.state not in GONE:
+            container.pid, container.process_started = ev.pid, ev.started
+        return []
 
     def _handle_container_exited(self, ev: ContainerExited) -> list[Instruction]:
         """The launcher saw a container process end."""

@@ -28,7 +28,7 @@ from typing import Any, Callable
 import proto
 from appmaster import journal, scaling
 from appmaster.deploy import DAG_ATTRIBUTES, DeployMessages
-from appmaster.events import (AdoptContainers, ContainerExited, ContainersStopped, ErrorReport, Heartbeat,
+from appmaster.events import (AdoptContainers, ContainerExited, ContainerStarted, ContainersStopped, ErrorReport, Heartbeat,
                               InitContextRequest, KillApp, KillContainerRequest, MasterEvent, Note,
                               ScaleRequest, ScaleStatesWritten, ShutdownRequest, Start, Tick, UnknownContainer,
                               UnknownEvent)
@@ -46,7 +46,7 @@ from container.windows import initial_window
 __all__ = [
     "Instruction", "LaunchContainer", "AdoptContainer", "KillContainer", "DeleteCheckpoints",
     "SplitCheckpoints", "Finish", "Reply", "UnknownInstruction",
-    "MasterEvent", "Start", "AdoptContainers", "InitContextRequest", "Heartbeat", "ErrorReport",
+    "MasterEvent", "Start", "AdoptContainers", "ContainerStarted", "InitContextRequest", "Heartbeat", "ErrorReport",
     "ContainerExited", "Tick", "KillContainerRequest", "KillApp", "ShutdownRequest",
     "ContainersStopped", "ScaleRequest", "ScaleStatesWritten", "Note", "UnknownEvent",
     "MasterState", "UnknownContainer", "recovery_checkpoints", "restart_backoff_millis",
@@ -125,7 +125,7 @@ class MasterState(DeployMessages, Recovery, StateReports):
         return (self.state, self.committed, self.shutdown_requested,
                 tuple((op.id, op.recovery_checkpoint, op.state.value, op.container, op.restarts)
                       for op in self.plan.operators.values()),
-                tuple((c.id, c.state) for c in self.plan.containers.values()),
+                tuple((c.id, c.state, c.pid, c.process_started) for c in self.plan.containers.values()),
                 tuple((w, tuple(ids)) for w, ids in sorted(self.shutdown_operators.items())))
 
     def snapshot(self) -> dict[str, Any]:
@@ -245,26 +245,13 @@ class MasterState(DeployMessages, Recovery, StateReports):
                                    f"{len(self.plan.containers)} containers")
         return [self._launch(c, ev.now) for c in self.plan.containers.values()]
 
-    def _handle_adopt_containers(self, ev: AdoptContainers) -> list[Instruction]:
-        """A new attempt: take over the containers the previous master started (by the pid
-        in their process name), relaunch the pending ones the launcher cannot take over."""
-        instructions: list[Instruction] = []
-        for container in self.plan.containers.values():
-            if container.state not in ALIVE:
-                continue
-            pid = container.process.split("@", 1)[0]
-            if ev.launcher_adopts and pid.isdigit():
-                instructions.append(AdoptContainer(container.id, int(pid)))
-            elif container.state == ContainerState.PENDING:
-                instructions.append(self._launch(container, ev.now))
-        return instructions
-
     def _launch(self, container: PTContainer, now: int) -> LaunchContainer:
         hosts = tuple(sorted({str(self.plan.operators[o].attributes.get("LOCALITY_HOST"))
                               for o in container.operators
                               if self.plan.operators[o].attributes.get("LOCALITY_HOST")}))
         container.state = ContainerState.PENDING
         container.launch_at = now
+        container.pid, container.process_started = 0, 0.0  # the new process says who it is (ContainerStarted)
         return LaunchContainer(container.id, container.memory_mb or int(self.attr("CONTAINER_MEMORY_MB") or 1024),
                                container.vcores, hosts)
 
@@ -575,6 +562,7 @@ class MasterState(DeployMessages, Recovery, StateReports):
 _HANDLERS: dict[type[MasterEvent], Callable[[MasterState, Any], list[Instruction]]] = {
     Start: MasterState._handle_start,
     AdoptContainers: MasterState._handle_adopt_containers,
+    ContainerStarted: MasterState._handle_container_started,
     InitContextRequest: MasterState._handle_init_context_request,
     Heartbeat: MasterState._handle_heartbeat,
     ErrorReport: MasterState._handle_error_report,

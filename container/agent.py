@@ -47,8 +47,17 @@ class MasterGone(Exception):
     """The master could not be reached for longer than the heartbeat timeout."""
 
 
+#: Seconds between two log lines saying the same thing about an unreachable master.
+COMPLAIN_SECONDS = 5.0
+
+
 class Umbilical:
-    """The agent's client of the master; re-reads heartbeatUri when the master moves."""
+    """The agent's client of the master; re-reads heartbeatUri when the master moves.
+
+    While it cannot find its master it says why (no ``heartbeatUri`` at the
+    URI, or the address in it refusing calls), at most once every
+    :data:`COMPLAIN_SECONDS` for the same reason.
+    """
 
     def __init__(self, app_path: str, token: str, timeout: float = 10.0) -> None:
         self.app_path = app_path
@@ -57,6 +66,16 @@ class Umbilical:
         self.address = ""
         self.channel: grpc.Channel | None = None
         self.stub: proto.StreamingContainerUmbilicalStub | None = None
+        self._complained: tuple[str, float] = ("", -COMPLAIN_SECONDS)
+
+    def complain(self, why: str) -> None:
+        """Log why the master cannot be reached (rate-limited: a new reason, or once per
+        :data:`COMPLAIN_SECONDS`)."""
+        now = time.monotonic()
+        last, at = self._complained
+        if why != last or now - at >= COMPLAIN_SECONDS:
+            self._complained = (why, now)
+            log.warning("cannot reach the master: %s; retrying", why)
 
     def connect(self, wait: float = 120.0) -> None:
         """Read ``APP_PATH/heartbeatUri`` (retrying with backoff) and open a channel."""
@@ -67,7 +86,9 @@ class Umbilical:
             try:
                 address = fs.read_bytes(uri).decode().strip()
                 break
-            except (FileNotFoundError, OSError):
+            except (FileNotFoundError, OSError) as exc:
+                self.complain(f"no heartbeatUri at {uri}"
+                              + ("" if isinstance(exc, FileNotFoundError) else f" ({exc})"))
                 if time.monotonic() > deadline:
                     raise MasterGone(f"no master address at {uri} after {wait:.0f}s")
                 time.sleep(delay)
@@ -165,7 +186,8 @@ class Agent:
                     raise MasterGone(f"master refused {method}: {exc.details()}") from None
                 if time.monotonic() > deadline:
                     raise MasterGone(f"master unreachable for {method}: {exc.details()}") from None
-                log.warning("%s failed (%s); retrying", method, code.name)
+                self.umbilical.complain(f"{method} to {self.umbilical.address or '?'} failed: "
+                                        f"{code.name} ({exc.details()})")
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
                 try:

@@ -4,7 +4,8 @@
 YARN); these functions only build URIs, :mod:`container.fs` reads and writes
 them. Written by the master: :data:`HEARTBEAT_URI` (its gRPC ``host:port``),
 :data:`ADMIN` (admin API URL and pid), :data:`STATUS` (state and diagnostics),
-:data:`JOURNAL` (its state, for a new attempt). Written at launch:
+:data:`JOURNAL` (its state, for a new attempt). Written by a local
+application's supervisor: :data:`SUPERVISOR`. Written at launch:
 :data:`SPEC` (the resolved spec). Written by agents: operator checkpoints,
 receiver write-ahead logs and Spark checkpoints. Local applications keep
 their logs in :data:`LOGS`.
@@ -14,13 +15,15 @@ from __future__ import annotations
 
 from container import fs
 
-__all__ = ["HEARTBEAT_URI", "ADMIN", "STATUS", "JOURNAL", "SPEC", "LOGS", "file", "journal", "checkpoints",
+__all__ = ["HEARTBEAT_URI", "ADMIN", "SUPERVISOR", "STATUS", "JOURNAL", "SPEC", "LOGS", "file", "journal", "checkpoints",
            "checkpoint", "wal", "spark_checkpoint"]
 
 #: The master's gRPC address, ``host:port``; agents read it to find their master.
 HEARTBEAT_URI = "heartbeatUri"
 #: ``{"url": admin API base URL, "pid": master pid}`` while a master runs.
 ADMIN = "admin.json"
+#: ``{"pid", "started"}`` of the process that starts a local application's master attempts.
+SUPERVISOR = "supervisor.json"
 #: The application's state, diagnostics and times; terminal once the application ended.
 STATUS = "status.json"
 #: The master's journal directory (a new attempt resumes from it).

@@ -11,7 +11,6 @@ import argparse
 import json
 import os
 import secrets
-import subprocess
 import sys
 import time
 from typing import Any, Callable
@@ -78,20 +77,15 @@ def launch(args: argparse.Namespace) -> int:
     env = dict(os.environ, STRAM_TOKEN=token, STRAM_HOST="127.0.0.1")
     here = os.getcwd()
     env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    def start_master() -> subprocess.Popen:
-        with open(os.path.join(app_path, apppath.LOGS, "master.out"), "ab") as out:
-            return subprocess.Popen(
-                [sys.executable, "-m", "appmaster", "--app-path", f"file://{app_path}", "--app-id", app_id],
-                env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, cwd=here)
-
-    master = start_master()
+    from appmaster import supervise
+    supervisor = supervise.start(app_id, app_path, env, here, int(spec.attribute("MASTER_ATTEMPTS")),
+                                 detach=args.detach)
     print(f"launched {spec.name} as {app_id}", file=sys.stderr)
     print(f"  app path: {app_path}", file=sys.stderr)
     if args.detach:
         print(app_id)
         return 0
-    return follow(LocalRun(app_id, master, restart=start_master), args.duration)
+    return follow(LocalRun(app_id, supervisor), args.duration)
 
 
 # ---------------------------------------------------------------- other commands

@@ -79,7 +79,8 @@ def submit(spec: Any, *, spec_path: str | None = None, detach: bool = False, dur
             spec, spec_path, python_env=python_env or os.environ.get("STRAM_PYTHON_ENV") or None,
             principal=principal, keytab=keytab,
             app_path=app_path or os.environ.get("STRAM_YARN_APP_PATH") or None,
-            node_label=node_label or os.environ.get("STRAM_YARN_NODE_LABEL") or None, staging_dir=staging)
+            node_label=node_label or os.environ.get("STRAM_YARN_NODE_LABEL") or None, staging_dir=staging,
+            max_attempts=int(spec.attribute("MASTER_ATTEMPTS")))
         app_path = aspec.master.env["STRAM_APP_PATH"]
         with connect(principal, keytab, log_path=os.path.join(staging, "driver.log")) as client:
             try:
