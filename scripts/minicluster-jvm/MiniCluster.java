@@ -75,11 +75,15 @@ public final class MiniCluster {
     workDir.mkdirs();
     long started = System.nanoTime();
 
+    Configuration defaults = new YarnConfiguration(new HdfsConfiguration());
     Configuration conf = new YarnConfiguration(new HdfsConfiguration());
     // ---- HDFS
     conf.set("dfs.replication", "1");
     conf.set("dfs.namenode.safemode.extension", "0");
     conf.set("hadoop.security.authentication", "simple");
+    // a client closing a file asks the NameNode to complete it, retrying after 400 ms, 800 ms, ...
+    // while the DataNode's block report is on its way: on one machine it is there in a few ms
+    conf.set("dfs.client.block.write.locateFollowingBlock.initial.delay.ms", "20");
     // ---- YARN: resources for a master and several containers
     conf.setInt("yarn.minicluster.yarn.nodemanager.resource.memory-mb", nmMemory);
     conf.setInt(YarnConfiguration.NM_PMEM_MB, nmMemory);
@@ -106,6 +110,11 @@ public final class MiniCluster {
     conf.setBoolean(YarnConfiguration.LOG_AGGREGATION_ENABLED, true);
     conf.set(YarnConfiguration.NM_REMOTE_APP_LOG_DIR, "/tmp/logs");
     conf.setInt(YarnConfiguration.NM_LOG_RETAIN_SECONDS, 3600);
+    // containers get only these variables of the NodeManager's environment: add libhdfs's JVM
+    // options and the marker by which ./scripts/minicluster stop finds leftover processes
+    conf.set(YarnConfiguration.NM_ENV_WHITELIST,
+        defaults.get(YarnConfiguration.NM_ENV_WHITELIST, YarnConfiguration.DEFAULT_NM_ENV_WHITELIST)
+        + ",LIBHDFS_OPTS,STRAM_MINICLUSTER");
     // the application master's (skein's) JVM classpath: the conf dir and these jars
     conf.set(YarnConfiguration.YARN_APPLICATION_CLASSPATH, appClasspath);
     conf.set(YarnConfiguration.RM_AM_MAX_ATTEMPTS, "4");
@@ -121,8 +130,6 @@ public final class MiniCluster {
     conf.set("yarn.node-attribute.fs-store.root-dir", new File(workDir, "yarn/node-attributes").toURI().toString());
     // MiniYARNCluster keeps its directories under test.build.data
     System.setProperty("test.build.data", new File(workDir, "yarn").getPath());
-
-    Configuration defaults = new YarnConfiguration(new HdfsConfiguration());
 
     MiniDFSCluster dfs = new MiniDFSCluster.Builder(conf, new File(workDir, "dfs"))
         .numDataNodes(1).format(true).build();
