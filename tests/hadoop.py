@@ -16,8 +16,10 @@ instead, so that a CI run proves the real path.
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
+import re
 import shlex
 import shutil
 import subprocess
@@ -173,4 +175,91 @@ def on_minicluster(minicluster, monkeypatch, tmp_path_factory) -> MiniCluster:
     monkeypatch.setenv("CLASSPATH", minicluster.classpath)
     monkeypatch.setenv("ARROW_LIBHDFS_DIR", str(minicluster.hadoop_home / "lib" / "native"))
     monkeypatch.setenv("SKEIN_CONFIG", str(tmp_path_factory.getbasetemp() / "skein"))
+    # every stram command on YARN starts skein's Java driver: C1 and one GC thread start it
+    # about twice as fast on a small, busy machine
+    monkeypatch.setenv("SKEIN_DRIVER_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
     return minicluster
+
+
+# ====================================================================== stram as a user types it
+
+def stram(*args: str | os.PathLike, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``stram ARGS`` in the test's environment (on_minicluster's); the finished process."""
+    return subprocess.run([sys.executable, "-m", "scripts.cli", *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def stram_json(*args: str, timeout: float = 120):
+    """``stram ARGS --json``, parsed; AssertionError with stderr when it fails."""
+    proc = stram(*args, "--json", timeout=timeout)
+    assert proc.returncode == 0, f"stram {' '.join(args)}: {proc.stderr[-2000:]}"
+    return json.loads(proc.stdout)
+
+
+def launch_following(*args: str | os.PathLike) -> tuple[subprocess.Popen, str]:
+    """``stram launch --yarn ARGS`` without --detach, in the background: (process, application id).
+
+    The process follows the application until it ends and exits 0 only if it
+    SUCCEEDED; its stdout's first line is the application id.
+    """
+    proc = subprocess.Popen([sys.executable, "-m", "scripts.cli", "launch", "--yarn", *map(str, args)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    if not re.fullmatch(r"application_\d+_\d+", line):
+        proc.kill()
+        _, err = proc.communicate(timeout=30)
+        raise AssertionError(f"stram launch --yarn printed {line!r}:\n{err[-4000:]}")
+    return proc, line
+
+
+def wait_until(check, timeout: float = 180, interval: float = 1.0, what: str = "condition"):
+    """Call ``check`` until it returns something true; that value."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def running_operators(app_id: str) -> list[dict] | None:
+    """The operator rows when every operator of the application is deployed and ACTIVE."""
+    proc = stram("list-operators", app_id, "--json", timeout=120)
+    if proc.returncode != 0:
+        return None
+    rows = json.loads(proc.stdout)
+    return rows if rows and all(r["state"] == "ACTIVE" for r in rows) else None
+
+
+def yarn_container_id(process: str) -> str:
+    """YARN's id of the container whose stram process is ``pid@host`` (this machine: its CONTAINER_ID)."""
+    pid = int(process.split("@", 1)[0])
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
+    return env[b"CONTAINER_ID"].decode()
+
+
+def collect_logs(cluster: MiniCluster, app_id: str, dest: pathlib.Path) -> pathlib.Path:
+    """Copy an application's container logs from the NodeManager's log directories to ``dest``."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for app_dir in (cluster.state / "work").glob(f"yarn/**/{app_id}"):
+        for container in app_dir.iterdir():
+            if container.is_dir():
+                shutil.copytree(container, dest / container.name, dirs_exist_ok=True)
+    return dest
+
+
+def aggregated_containers(cluster: MiniCluster, app_id: str, at_least: int, timeout: float = 90) -> set[str]:
+    """The containers whose logs ``yarn logs`` shows once the NodeManager aggregated them into HDFS."""
+    deadline = time.monotonic() + timeout
+    seen: set[str] = set()
+    while time.monotonic() < deadline:
+        out = cluster.run("yarn", "logs", "-applicationId", app_id, check=False)
+        seen = set(re.findall(r"^Container: (container_\S+)", out, re.M))
+        if len(seen) >= at_least:
+            return seen
+        time.sleep(2)
+    return seen

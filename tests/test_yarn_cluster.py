@@ -13,13 +13,12 @@ instead under CI=true.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import time
 
 import pytest
 
 from conftest import ROOT, read_counts, word_truth
+from hadoop import aggregated_containers, stram
 
 pytestmark = [pytest.mark.yarn, pytest.mark.slow]
 
@@ -27,29 +26,10 @@ WORDCOUNT = ROOT / "specs" / "wordcount.yaml"
 WORDS = ROOT / "specs" / "data" / "words.txt"
 
 
-def stram(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """``stram ARGS`` as a user runs it (the environment is the test's, set by on_minicluster)."""
-    return subprocess.run([sys.executable, "-m", "scripts.cli", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
-
-
 def app_path_of(stderr: str) -> str:
     match = re.search(r"^\s*app path: (\S+)$", stderr, re.M)
     assert match, stderr
     return match.group(1)
-
-
-def aggregated_containers(cluster, app_id: str, at_least: int, timeout: float = 90) -> set[str]:
-    """The containers whose logs ``yarn logs`` shows once the NodeManager aggregated them into HDFS."""
-    deadline = time.monotonic() + timeout
-    seen: set[str] = set()
-    while time.monotonic() < deadline:
-        out = cluster.run("yarn", "logs", "-applicationId", app_id, check=False)
-        seen = set(re.findall(r"^Container: (container_\S+)", out, re.M))
-        if len(seen) >= at_least:
-            return seen
-        time.sleep(2)
-    return seen
 
 
 def test_wordcount_on_yarn_and_hdfs(on_minicluster, tmp_path):

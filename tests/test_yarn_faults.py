@@ -1,0 +1,103 @@
+"""Faults on a real YARN: containers lost mid-run through YARN itself, on the session's mini cluster.
+
+The application is ``specs/wordcount.yaml`` (EXACTLY_ONCE) over Moby-Dick on
+HDFS, launched with ``stram launch --yarn`` as a user types it. Two containers are
+killed from outside stram, one right after the other: one by the NodeManager (``yarn container -signal
+... FORCEFUL_SHUTDOWN``, as an administrator would), one by skein's
+``kill_container`` (a YARN client releasing the container). The master must
+notice, redeploy from checkpoints, and the output on HDFS must still hold
+every word exactly once: the counts equal a count made here from the input.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from appmaster import yarn
+from conftest import ROOT, read_counts, word_truth
+from hadoop import (collect_logs, launch_following, running_operators, stram, stram_json, wait_until,
+                    yarn_container_id)
+
+pytestmark = [pytest.mark.yarn, pytest.mark.slow]
+
+WORDCOUNT = ROOT / "specs" / "wordcount.yaml"
+MOBY = ROOT / "specs" / "data" / "moby-dick.txt"
+#: windows of 100 ms, 20 lines each: reading Moby-Dick takes 110 s at least
+SLOW_READER = ["-D", "STREAMING_WINDOW_SIZE_MILLIS=100", "-D", "HEARTBEAT_INTERVAL_MILLIS=300",
+               "-D", "CHECKPOINT_WINDOW_COUNT=5", "-D", "operators.reader.lines_per_window=20",
+               "-D", "operators.count.partitions=2"]
+OPERATORS = 6  # reader, split, count[0], count[1], the unifier, out
+
+
+def containers_of(app_id: str, *labels: str) -> list[dict]:
+    """The running containers of these operators (one ``stram list-containers`` call)."""
+    rows = stram_json("list-containers", app_id)
+    return [next(r for r in rows if label in r["operators"] and r["state"] == "RUNNING") for label in labels]
+
+
+def restarts(app_id: str) -> dict[str, int]:
+    return stram_json("get-app-info", app_id).get("restarts") or {}
+
+
+def test_containers_lost_through_yarn_exactly_once(on_minicluster, tmp_path):
+    cluster = on_minicluster
+    base = cluster.new_dir("faults")
+    moby = cluster.put(MOBY, f"{base}/moby.txt")
+    started = time.monotonic()
+
+    def step(what: str) -> None:
+        print(f"[{time.monotonic() - started:6.1f}s] {what}", flush=True)
+
+    proc, app_id = launch_following(WORDCOUNT, *SLOW_READER, "-D", f"operators.reader.path={moby}",
+                                    "-D", f"operators.out.path={cluster.uri(base)}/out")
+    step(f"submitted {app_id}")
+    try:
+        wait_until(lambda: (rows := running_operators(app_id)) and len(rows) == OPERATORS,
+                   timeout=240, interval=2, what="every operator ACTIVE")
+
+        step("every operator ACTIVE")
+        reader, count = containers_of(app_id, "reader", "count[1]")
+
+        # 1. the NodeManager kills the reader's container (SIGKILL), as `yarn container -signal` asks
+        out = cluster.run("yarn", "container", "-signal", yarn_container_id(reader["process"]),
+                          "FORCEFUL_SHUTDOWN")
+        assert "Signalling container" in out
+        step(f"the NodeManager killed {reader['id']} (reader)")
+
+        # 2. a YARN client (skein's kill_container) releases a counting partition's container
+        target = yarn_container_id(count["process"])
+        with yarn.connect() as client:
+            app = client.connect(app_id, wait=False)
+            skein_id = next(c.id for c in app.get_containers(services=["container"])
+                            if c.yarn_container_id == target)
+            app.kill_container(skein_id)
+        step(f"skein's kill_container released {count['id']} (count[1])")
+
+        def both_redeployed() -> dict[str, int] | None:
+            seen = restarts(app_id)
+            return seen if seen.get("reader", 0) >= 1 and seen.get("count[1]", 0) >= 1 else None
+
+        seen = wait_until(both_redeployed, timeout=180, interval=2, what="the reader and count[1] redeployed")
+        step(f"recovered: restarts {seen}")
+        _, err = proc.communicate(timeout=600)
+        step("launch ended")
+    except BaseException:
+        print(stram("get-app-info", app_id).stdout)
+        print("container logs:", collect_logs(cluster, app_id, tmp_path / "logs"))
+        raise
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 0, err[-4000:]
+    assert f"{app_id} SUCCEEDED" in err
+    assert seen.get("reader", 0) >= 1 and seen.get("count[1]", 0) >= 1, seen
+    print(f"container loss on YARN: submit to SUCCEEDED in {elapsed:.1f}s, restarts {seen}")
+
+    truth = word_truth(MOBY)
+    sums, maxima, _ = read_counts(cluster.get(f"{base}/out", tmp_path / "out"))
+    assert maxima == dict(truth), "running totals differ from the input's counts"
+    assert sums == truth, "EXACTLY_ONCE: per-window counts differ from the input's counts"
