@@ -1,4 +1,4 @@
-"""Faults on a real YARN: containers lost mid-run through YARN itself, on the session's mini cluster.
+"""Faults on a real YARN, on the session's mini cluster: containers lost mid-run, the master lost.
 
 The application is ``specs/wordcount.yaml`` (EXACTLY_ONCE) over Moby-Dick on
 HDFS, launched with ``stram launch --yarn`` as a user types it. Two containers are
@@ -7,10 +7,18 @@ killed from outside stram, one right after the other: one by the NodeManager (``
 ``kill_container`` (a YARN client releasing the container). The master must
 notice, redeploy from checkpoints, and the output on HDFS must still hold
 every word exactly once: the counts equal a count made here from the input.
+
+The master's process is killed too: YARN starts the application's second
+attempt, whose master resumes from the journal on HDFS and replaces the
+containers; the output is again exact.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import signal
 import time
 
 import pytest
@@ -101,3 +109,42 @@ def test_containers_lost_through_yarn_exactly_once(on_minicluster, tmp_path):
     sums, maxima, _ = read_counts(cluster.get(f"{base}/out", tmp_path / "out"))
     assert maxima == dict(truth), "running totals differ from the input's counts"
     assert sums == truth, "EXACTLY_ONCE: per-window counts differ from the input's counts"
+
+
+def test_master_lost_second_attempt_resumes(on_minicluster, tmp_path):
+    cluster = on_minicluster
+    base = cluster.new_dir("master")
+    moby = cluster.put(MOBY, f"{base}/moby.txt")
+    started = time.monotonic()
+    proc, app_id = launch_following(WORDCOUNT, *SLOW_READER, "-D", f"operators.reader.path={moby}",
+                                    "-D", f"operators.out.path={cluster.uri(base)}/out")
+    try:
+        wait_until(lambda: (rows := running_operators(app_id)) and len(rows) == OPERATORS,
+                   timeout=240, interval=2, what="every operator ACTIVE")
+        app_path = stram_json("get-app-info", app_id)["app_path"]
+        time.sleep(3)  # a few checkpoints and journal writes
+        master = json.loads(cluster.hdfs("-cat", f"{app_path}/admin.json"))
+        os.kill(int(master["pid"]), signal.SIGKILL)  # the master's Python process, in the AM container
+        killed_at = time.monotonic() - started
+        _, err = proc.communicate(timeout=600)
+    except BaseException:
+        print(stram("get-app-info", app_id).stdout)
+        print("container logs:", collect_logs(cluster, app_id, tmp_path / "logs"))
+        raise
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 0, err[-4000:]
+    assert f"{app_id} SUCCEEDED" in err
+    print(f"master loss on YARN: killed at {killed_at:.1f}s, submit to SUCCEEDED in {elapsed:.1f}s")
+
+    attempts = re.findall(r"appattempt_\d+_\d+_\d+", cluster.run("yarn", "applicationattempt", "-list", app_id))
+    assert len(set(attempts)) == 2, attempts
+    truth = word_truth(MOBY)
+    sums, maxima, _ = read_counts(cluster.get(f"{base}/out", tmp_path / "out"))
+    assert maxima == dict(truth), "running totals differ from the input's counts"
+    assert sums == truth, "EXACTLY_ONCE: per-window counts differ from the input's counts"
+    logs = cluster.run("yarn", "logs", "-applicationId", app_id, check=False)
+    assert "master attempt 2 resumed from the journal" in logs
