@@ -387,12 +387,34 @@ def wait(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.timeout if args.timeout else None
     while True:
         app = find_app(args.app)
+        if app.get("yarn"):
+            return _wait_yarn(app["id"], args.timeout, deadline)
         if app.get("state") in TERMINAL:
             print(f"{app['id']} {app['state']}")
             return 0 if app["state"] == "SUCCEEDED" else 1
         if deadline is not None and time.monotonic() > deadline:
             raise CLIError(f"{app['id']} still {app.get('state')} after {args.timeout:g}s")
         time.sleep(0.3)
+
+
+def _wait_yarn(app_id: str, timeout: float | None, deadline: float | None) -> int:
+    """``wait`` for a YARN application: YARN's application report says when it ended and how."""
+    from appmaster import yarn
+    with yarn.connect() as client:
+        while True:
+            try:
+                report = client.application_report(app_id)
+            except Exception as exc:  # noqa: BLE001 - unknown application, RM gone: one clear line
+                detail = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
+                raise CLIError(f"asking YARN about {app_id}: {detail}") from None
+            if str(report.state) in ("FINISHED", "FAILED", "KILLED"):
+                final = str(report.final_status)
+                final = str(report.state) if final == "UNDEFINED" else final
+                print(f"{app_id} {final}")
+                return 0 if final == "SUCCEEDED" else 1
+            if deadline is not None and time.monotonic() > deadline:
+                raise CLIError(f"{app_id} still {report.state} after {timeout:g}s")
+            time.sleep(1.0)
 
 
 def scale(args: argparse.Namespace) -> int:
