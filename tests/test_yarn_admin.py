@@ -84,7 +84,8 @@ def test_scale_through_the_master(on_minicluster, tmp_path):
 
 def test_inspect_shutdown_and_kill(on_minicluster, tmp_path):
     """list-apps, get-app-info, list-containers, list-operators on two running applications; then
-    shutdown-app ends one SUCCEEDED with the counts of a prefix of the input, kill-app the other KILLED."""
+    shutdown-app ends one SUCCEEDED with the counts of a prefix of the input, kill-app the other KILLED
+    (``stram wait`` and YARN's own report say so)."""
     cluster = on_minicluster
     base = cluster.new_dir("shutdown")
     moby = cluster.put(MOBY, f"{base}/moby.txt")
@@ -119,10 +120,12 @@ def test_inspect_shutdown_and_kill(on_minicluster, tmp_path):
     assert down.returncode == 0, down.stderr
     gone = stram("kill-app", killed)
     assert gone.returncode == 0 and f"{killed} KILLED" in gone.stdout, gone.stderr
-    assert wait_until(lambda: yarn_final_state(cluster, graceful), timeout=180, interval=2,
-                      what="the graceful shutdown") == "SUCCEEDED"
-    assert wait_until(lambda: yarn_final_state(cluster, killed), timeout=60, interval=2,
-                      what="the kill") == "KILLED"
+    waited = stram("wait", graceful, "--timeout", "240")
+    assert waited.returncode == 0 and waited.stdout.strip() == f"{graceful} SUCCEEDED", waited
+    waited = stram("wait", killed, "--timeout", "60")
+    assert waited.returncode == 1 and waited.stdout.strip() == f"{killed} KILLED", waited
+    assert yarn_final_state(cluster, graceful) == "SUCCEEDED"
+    assert yarn_final_state(cluster, killed) == "KILLED"
     print(f"shutdown-app/kill-app on YARN: both ended {time.monotonic() - started:.1f}s after the first submit")
 
     # the graceful shutdown ended the reader early: the output is exactly the counts of the lines
