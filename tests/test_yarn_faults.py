@@ -19,11 +19,12 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
 
-from appmaster import yarn
 from conftest import ROOT, read_counts, word_truth
 from hadoop import (collect_logs, launch_following, running_operators, stram, stram_json, wait_until,
                     yarn_container_id)
@@ -37,6 +38,27 @@ SLOW_READER = ["-D", "STREAMING_WINDOW_SIZE_MILLIS=100", "-D", "HEARTBEAT_INTERV
                "-D", "CHECKPOINT_WINDOW_COUNT=5", "-D", "operators.reader.lines_per_window=20",
                "-D", "operators.count.partitions=2"]
 OPERATORS = 6  # reader, split, count[0], count[1], the unifier, out
+
+
+#: A YARN client of its own (a new process: skein reads SKEIN_CONFIG once, when it is imported)
+#: releases a container through skein's application master.
+_SKEIN_KILL = """
+import sys
+from appmaster import yarn
+app_id, target = sys.argv[1:]
+with yarn.connect() as client:
+    app = client.connect(app_id, wait=False)
+    skein_id = next(c.id for c in app.get_containers(services=["container"]) if c.yarn_container_id == target)
+    app.kill_container(skein_id)
+print(skein_id)
+"""
+
+
+def skein_kill_container(app_id: str, yarn_container: str) -> str:
+    proc = subprocess.run([sys.executable, "-c", _SKEIN_KILL, app_id, yarn_container], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.strip()
 
 
 def containers_of(app_id: str, *labels: str) -> list[dict]:
@@ -75,12 +97,7 @@ def test_containers_lost_through_yarn_exactly_once(on_minicluster, tmp_path):
         step(f"the NodeManager killed {reader['id']} (reader)")
 
         # 2. a YARN client (skein's kill_container) releases a counting partition's container
-        target = yarn_container_id(count["process"])
-        with yarn.connect() as client:
-            app = client.connect(app_id, wait=False)
-            skein_id = next(c.id for c in app.get_containers(services=["container"])
-                            if c.yarn_container_id == target)
-            app.kill_container(skein_id)
+        skein_kill_container(app_id, yarn_container_id(count["process"]))
         step(f"skein's kill_container released {count['id']} (count[1])")
 
         def both_redeployed() -> dict[str, int] | None:
