@@ -177,6 +177,12 @@ def wait(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.timeout if args.timeout else None
     while True:
         app = find_app(args.app)
+        if app.get("yarn"):
+            from appmaster import yarn
+            with yarn.connect() as client:
+                final = yarn.wait_for(client, app["id"], args.timeout)
+            print(f"{app['id']} {final}")
+            return 0 if final == "SUCCEEDED" else 1
         if app.get("state") in TERMINAL:
             print(f"{app['id']} {app['state']}")
             return 0 if app["state"] == "SUCCEEDED" else 1

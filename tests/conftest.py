@@ -46,3 +46,7 @@ def read_counts(out_dir: pathlib.Path | str) -> tuple[Counter, dict[str, int], l
                 sums[row["key"]] += row["count"]
                 maxima[row["key"]] = max(maxima.get(row["key"], 0), row["total"])
     return sums, maxima, rows
+
+
+# the session's mini Hadoop cluster (./scripts/minicluster), for the tests that need YARN or HDFS
+from hadoop import minicluster, on_minicluster  # noqa: E402,F401

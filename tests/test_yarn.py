@@ -13,8 +13,7 @@ What is real and what stands in (no YARN or HDFS cluster runs on this machine):
   script with bash in per-container directories where the service's files
   were localized as YARN would. The only stand-in is the object in place of
   ``skein.ApplicationClient`` (``StandInApplicationClient`` below).
-* ``test_wordcount_on_a_real_cluster``: everything real, when HADOOP_CONF_DIR
-  names a reachable cluster; skipped (saying why) otherwise.
+* Everything real, on a mini Hadoop cluster: tests/test_yarn_cluster.py.
 """
 
 from __future__ import annotations
@@ -36,7 +35,6 @@ import threading
 import time
 import types
 import urllib.request
-import uuid
 import zipfile
 from collections import Counter
 from typing import Any
@@ -50,7 +48,7 @@ from appmaster.launcher import ContainerRequest
 from appmaster.spec import AppSpec
 from conftest import ROOT, read_counts, word_truth
 from scripts import cli
-from appmaster.errors import ClusterUnreachable, StramError, UserError
+from appmaster.errors import ClusterUnreachable, StramError
 
 WORDCOUNT = ROOT / "specs" / "wordcount.yaml"
 WORDS = ROOT / "specs" / "data" / "words.txt"
@@ -1016,47 +1014,3 @@ def test_yarn_launcher_recovers_a_killed_container(tmp_path):
     assert sums == truth
     assert maxima == dict(truth)
     assert len(standin.containers) > 3  # the killed container was replaced
-
-
-# ====================================================================== a real cluster
-
-@pytest.mark.yarn
-@pytest.mark.slow
-def test_wordcount_on_a_real_cluster(tmp_path):
-    """``stram launch --yarn`` on the cluster HADOOP_CONF_DIR names, input and output on HDFS."""
-    conf = os.environ.get("HADOOP_CONF_DIR")
-    if not conf:
-        pytest.skip("HADOOP_CONF_DIR is not set: no YARN cluster to run against "
-                    "(export HADOOP_CONF_DIR=/etc/hadoop/conf to run this test)")
-    address = yarn.rm_address(conf).split(",")[0].strip()
-    host, _, port = address.rpartition(":")
-    try:
-        socket.create_connection((host, int(port)), timeout=5).close()
-    except (OSError, ValueError) as exc:
-        pytest.skip(f"the ResourceManager at {address} (from {conf}/yarn-site.xml) does not answer: {exc}")
-    if shutil.which("hdfs") is None:
-        pytest.skip("the `hdfs` command is not on PATH (needed to stage input and read output)")
-    base = f"/user/{yarn.appspec._hadoop_user(os.environ.get('STRAM_YARN_PRINCIPAL'))}/.stram/test-{uuid.uuid4().hex[:8]}"
-
-    def hdfs(*args: str) -> str:
-        return subprocess.run(["hdfs", "dfs", *args], check=True, capture_output=True, text=True).stdout
-
-    hdfs("-mkdir", "-p", base)
-    try:
-        hdfs("-put", str(WORDS), f"{base}/words.txt")
-        uri = yarn.qualify_hdfs(f"hdfs://{base}", conf)  # pyarrow needs the NameNode named
-        proc = subprocess.run(
-            [sys.executable, "-m", "scripts.cli", "launch", "--yarn", str(WORDCOUNT),
-             "-D", f"operators.reader.path={uri}/words.txt", "-D", f"operators.out.path={uri}/out"],
-            cwd=ROOT, capture_output=True, text=True, timeout=1200)
-        assert proc.returncode == 0, proc.stderr
-        listing = hdfs("-ls", "-R", f"{base}/out").split()
-        out = tmp_path / "out"
-        out.mkdir()
-        for i, path in enumerate(p for p in listing if p.endswith(".jsonl")):
-            (out / f"{i}.jsonl").write_text(hdfs("-cat", path))
-        truth = word_truth(WORDS)
-        sums, maxima, _ = read_counts(out)
-        assert sums == truth and maxima == dict(truth)
-    finally:
-        subprocess.run(["hdfs", "dfs", "-rm", "-r", "-skipTrash", base], capture_output=True)

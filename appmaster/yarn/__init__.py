@@ -18,7 +18,7 @@ The names below are the package's public API.
 from appmaster.yarn.appspec import (CONTAINER_SERVICE, DEFAULT_MAX_ATTEMPTS, STRAM_TAG, application_modules,
                                     application_spec, container_shapes, local_path_warnings)
 from appmaster.yarn.client import (admin_request, admin_url_for, direct_admin_url, follow, kill_app, list_apps,
-                                   submit)
+                                   submit, wait_for)
 from appmaster.yarn.driver import DEFAULT_CONNECT_WAIT_MS, connect, hadoop_conf_overlay, translate
 from appmaster.yarn.hadoopconf import find_hadoop_conf_dir, qualify_hdfs, read_site, rm_address
 from appmaster.yarn.launcher import YarnLauncher
@@ -29,6 +29,6 @@ __all__ = [
     "application_spec", "container_shapes", "application_modules", "local_path_warnings",
     "find_hadoop_conf_dir", "read_site", "rm_address", "qualify_hdfs",
     "connect", "hadoop_conf_overlay", "translate",
-    "submit", "follow", "admin_request", "direct_admin_url", "admin_url_for", "list_apps", "kill_app",
+    "submit", "follow", "wait_for", "admin_request", "direct_admin_url", "admin_url_for", "list_apps", "kill_app",
     "YarnLauncher", "current_app_id", "find_libhdfs", "check_hdfs", "prepare_master", "main",
 ]

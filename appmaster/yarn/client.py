@@ -13,6 +13,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from typing import Any
 
 from appmaster.adminhttp import request_json
@@ -24,7 +25,7 @@ from appmaster.yarn.driver import connect, translate
 log = logging.getLogger("appmaster.yarn")
 
 __all__ = ["FOLLOW_INTERVAL", "YARN_TERMINAL", "submit", "follow", "YarnRun", "admin_request",
-           "direct_admin_url", "admin_url_for", "list_apps", "kill_app"]
+           "direct_admin_url", "admin_url_for", "list_apps", "kill_app", "wait_for"]
 
 #: Seconds between two application reports while following a submission.
 FOLLOW_INTERVAL = 2.0
@@ -169,6 +170,29 @@ def follow(client: Any, app_id: str, duration: float | None = None,
     """
     return follow_run(YarnRun(client, app_id), duration,
                       interval=FOLLOW_INTERVAL if interval is None else interval, quiet_seconds=0.0)
+
+
+def wait_for(client: Any, app_id: str, timeout: float | None = None, interval: float = 1.0) -> str:
+    """Wait until a YARN application ended; its final status (SUCCEEDED, FAILED, KILLED).
+
+    Raises
+    ------
+    StramError
+        YARN does not know the application or cannot be asked, or it is still
+        running after ``timeout`` seconds.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        try:
+            report = client.application_report(app_id)
+        except Exception as exc:  # noqa: BLE001
+            raise translate(exc, f"asking YARN about {app_id}") from None
+        if str(report.state) in YARN_TERMINAL:
+            final = str(report.final_status)
+            return str(report.state) if final == "UNDEFINED" else final
+        if deadline is not None and time.monotonic() > deadline:
+            raise StramError(f"{app_id} still {report.state} after {timeout:g}s")
+        time.sleep(interval)
 
 
 def direct_admin_url(app_id: str, client: Any) -> str | None:

@@ -1,0 +1,268 @@
+package stram;
+
+import java.io.File;
+import java.io.FileOutputStream;
+import java.io.IOException;
+import java.io.OutputStream;
+import java.io.PrintWriter;
+import java.net.InetAddress;
+import java.net.ServerSocket;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.StandardCopyOption;
+import java.util.Map;
+import java.util.TreeMap;
+import java.util.concurrent.CountDownLatch;
+import java.util.regex.Pattern;
+
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.hdfs.HdfsConfiguration;
+import org.apache.hadoop.hdfs.MiniDFSCluster;
+import org.apache.hadoop.yarn.api.records.NodeState;
+import org.apache.hadoop.yarn.conf.YarnConfiguration;
+import org.apache.hadoop.yarn.server.MiniYARNCluster;
+
+import sun.misc.Signal;
+
+/**
+ * stram's mini Hadoop cluster: a NameNode + DataNode (MiniDFSCluster) and a
+ * ResourceManager + NodeManager (MiniYARNCluster) in this one JVM, as the
+ * current user, on free loopback ports.
+ *
+ * <pre>java stram.MiniCluster CONF_DIR WORK_DIR NM_MEMORY_MB NM_VCORES APP_CLASSPATH</pre>
+ *
+ * Once HDFS is up and the ResourceManager reports a running NodeManager it
+ * writes core-site.xml, hdfs-site.xml and yarn-site.xml into CONF_DIR (every
+ * setting that differs from Hadoop's defaults), then CONF_DIR/cluster.properties
+ * (addresses; its appearance means "ready"). It runs until SIGTERM/SIGINT,
+ * then stops YARN (the NodeManager kills its containers) and HDFS, and exits.
+ * Driven by ./scripts/minicluster.
+ */
+public final class MiniCluster {
+
+  /** Settings the servers make for themselves that clients must not inherit. */
+  private static final Pattern SERVER_ONLY = Pattern.compile(
+      "test\\.|rpc\\.engine\\.|hdfs\\.minidfs\\.|mapreduce\\.|net\\.topology\\.|yarn\\.is\\.minicluster|"
+      + "yarn\\.minicluster\\.|yarn\\.timeline-service\\.");
+
+  private MiniCluster() {
+  }
+
+  public static void main(String[] args) {
+    int code = 0;
+    try {
+      run(args);
+    } catch (Throwable t) {
+      log("failed: " + t);
+      t.printStackTrace();
+      code = 1;
+    }
+    // Hadoop's servers leave non-daemon threads: only an explicit exit ends the JVM
+    System.exit(code);
+  }
+
+  private static void run(String[] args) throws Exception {
+    if (args.length != 5) {
+      System.err.println("usage: stram.MiniCluster CONF_DIR WORK_DIR NM_MEMORY_MB NM_VCORES APP_CLASSPATH");
+      System.exit(2);
+    }
+    File confDir = new File(args[0]).getAbsoluteFile();
+    File workDir = new File(args[1]).getAbsoluteFile();
+    int nmMemory = Integer.parseInt(args[2]);
+    int nmVcores = Integer.parseInt(args[3]);
+    String appClasspath = args[4];
+    confDir.mkdirs();
+    workDir.mkdirs();
+    long started = System.nanoTime();
+
+    Configuration defaults = new YarnConfiguration(new HdfsConfiguration());
+    Configuration conf = new YarnConfiguration(new HdfsConfiguration());
+    // ---- HDFS
+    conf.set("dfs.replication", "1");
+    conf.set("dfs.namenode.safemode.extension", "0");
+    conf.set("hadoop.security.authentication", "simple");
+    // a client closing a file asks the NameNode to complete it, retrying after 400 ms, 800 ms, ...
+    // while the DataNode's block report is on its way: on one machine it is there in a few ms
+    conf.set("dfs.client.block.write.locateFollowingBlock.initial.delay.ms", "20");
+    // ---- YARN: resources for a master and several containers
+    conf.setInt("yarn.minicluster.yarn.nodemanager.resource.memory-mb", nmMemory);
+    conf.setInt(YarnConfiguration.NM_PMEM_MB, nmMemory);
+    conf.setInt(YarnConfiguration.NM_VCORES, nmVcores);
+    conf.setInt(YarnConfiguration.RM_SCHEDULER_MINIMUM_ALLOCATION_MB, 64);
+    conf.setInt(YarnConfiguration.RM_SCHEDULER_MAXIMUM_ALLOCATION_MB, nmMemory);
+    conf.setInt(YarnConfiguration.RM_SCHEDULER_MAXIMUM_ALLOCATION_VCORES, nmVcores);
+    conf.setBoolean(YarnConfiguration.NM_PMEM_CHECK_ENABLED, false);
+    conf.setBoolean(YarnConfiguration.NM_VMEM_CHECK_ENABLED, false);
+    // a busy developer disk must not mark the only node unhealthy (Spark's BaseYarnClusterSuite does the same)
+    conf.set("yarn.nodemanager.disk-health-checker.max-disk-utilization-per-disk-percentage", "100.0");
+    conf.set("yarn.nodemanager.disk-health-checker.min-free-space-per-disk-mb", "0");
+    // the minicluster jars ship no capacity-scheduler.xml: one queue, "default", all of the cluster
+    conf.set("yarn.scheduler.capacity.root.queues", "default");
+    conf.set("yarn.scheduler.capacity.root.default.capacity", "100");
+    conf.set("yarn.scheduler.capacity.root.default.maximum-capacity", "100");
+    conf.set("yarn.scheduler.capacity.root.default.user-limit-factor", "1");
+    conf.set("yarn.scheduler.capacity.root.default.state", "RUNNING");
+    conf.set("yarn.scheduler.capacity.root.default.acl_submit_applications", "*");
+    conf.set("yarn.scheduler.capacity.root.default.acl_administer_queue", "*");
+    conf.set("yarn.scheduler.capacity.maximum-am-resource-percent", "0.5");
+    conf.set("yarn.scheduler.capacity.node-locality-delay", "-1");
+    // container logs: aggregated into HDFS when an application ends (`yarn logs -applicationId`)
+    conf.setBoolean(YarnConfiguration.LOG_AGGREGATION_ENABLED, true);
+    conf.set(YarnConfiguration.NM_REMOTE_APP_LOG_DIR, "/tmp/logs");
+    conf.setInt(YarnConfiguration.NM_LOG_RETAIN_SECONDS, 3600);
+    // containers get only these variables of the NodeManager's environment: add libhdfs's JVM
+    // options and the marker by which ./scripts/minicluster stop finds leftover processes
+    conf.set(YarnConfiguration.NM_ENV_WHITELIST,
+        defaults.get(YarnConfiguration.NM_ENV_WHITELIST, YarnConfiguration.DEFAULT_NM_ENV_WHITELIST)
+        + ",LIBHDFS_OPTS,STRAM_MINICLUSTER");
+    // the application master's (skein's) JVM classpath: the conf dir and these jars
+    conf.set(YarnConfiguration.YARN_APPLICATION_CLASSPATH, appClasspath);
+    conf.set(YarnConfiguration.RM_AM_MAX_ATTEMPTS, "4");
+    // fixed (but free) ports: with ephemeral ones the RM's web proxy would hand out tracking
+    // URLs with port 0, fixed before its web server bound
+    conf.setBoolean(YarnConfiguration.YARN_MINICLUSTER_FIXED_PORTS, true);
+    for (String key : new String[] {YarnConfiguration.RM_ADDRESS, YarnConfiguration.RM_ADMIN_ADDRESS,
+        YarnConfiguration.RM_SCHEDULER_ADDRESS, YarnConfiguration.RM_RESOURCE_TRACKER_ADDRESS,
+        YarnConfiguration.RM_WEBAPP_ADDRESS}) {
+      conf.set(key, "localhost:" + freePort());
+    }
+    // node attributes are kept on the default file system unless told otherwise: keep them local
+    conf.set("yarn.node-attribute.fs-store.root-dir", new File(workDir, "yarn/node-attributes").toURI().toString());
+    // MiniYARNCluster keeps its directories under test.build.data
+    System.setProperty("test.build.data", new File(workDir, "yarn").getPath());
+
+    MiniDFSCluster dfs = new MiniDFSCluster.Builder(conf, new File(workDir, "dfs"))
+        .numDataNodes(1).format(true).build();
+    dfs.waitActive();
+    String fsUri = "hdfs://localhost:" + dfs.getNameNodePort();
+    conf.set("fs.defaultFS", fsUri);
+    log("HDFS up at " + fsUri + " after " + seconds(started));
+
+    MiniYARNCluster yarn = new MiniYARNCluster("stram", 1, 1, 1);
+    // SIGTERM/SIGINT stop the cluster in order from this thread (Hadoop's own
+    // shutdown hooks would race a stop done in a JVM shutdown hook)
+    final CountDownLatch stop = new CountDownLatch(1);
+    for (String name : new String[] {"TERM", "INT"}) {
+      Signal.handle(new Signal(name), sig -> stop.countDown());
+    }
+    yarn.init(conf);
+    yarn.start();
+    Configuration yconf = yarn.getConfig();
+    long deadline = System.nanoTime() + 120_000_000_000L;
+    while (port(yconf.get(YarnConfiguration.RM_ADDRESS)) == 0
+        || port(yconf.get(YarnConfiguration.RM_SCHEDULER_ADDRESS)) == 0
+        || port(yconf.get(YarnConfiguration.RM_WEBAPP_ADDRESS)) == 0
+        || runningNodes(yarn) < 1) {
+      if (System.nanoTime() > deadline) {
+        throw new IllegalStateException("YARN did not come up within 120 s (RM "
+            + yconf.get(YarnConfiguration.RM_ADDRESS) + ", running nodes " + runningNodes(yarn) + ")");
+      }
+      Thread.sleep(100);
+    }
+    log("YARN up: ResourceManager " + yconf.get(YarnConfiguration.RM_ADDRESS) + ", web "
+        + yconf.get(YarnConfiguration.RM_WEBAPP_ADDRESS) + ", 1 NodeManager running, after "
+        + seconds(started));
+
+    writeSites(yconf, defaults, confDir);
+    Map<String, String> info = new TreeMap<>();
+    info.put("fs.defaultFS", fsUri);
+    info.put("namenode.http", "http://localhost:" + dfs.getNameNode().getHttpAddress().getPort());
+    info.put("resourcemanager.address", yconf.get(YarnConfiguration.RM_ADDRESS));
+    info.put("resourcemanager.webapp", "http://" + yconf.get(YarnConfiguration.RM_WEBAPP_ADDRESS));
+    info.put("nodemanager.address", yarn.getNodeManager(0).getNMContext().getNodeId().toString());
+    info.put("work.dir", workDir.getPath());
+    info.put("pid", Long.toString(ProcessHandle.current().pid()));
+    info.put("startup.seconds", seconds(started));
+    StringBuilder props = new StringBuilder();
+    for (Map.Entry<String, String> e : info.entrySet()) {
+      props.append(e.getKey()).append('=').append(e.getValue()).append('\n');
+    }
+    writeAtomically(new File(confDir, "cluster.properties"), props.toString());
+    log("ready");
+    stop.await();
+    log("stopping YARN (the NodeManager kills its containers)");
+    try {
+      yarn.stop();
+    } catch (Throwable t) {
+      log("stopping YARN: " + t);
+    }
+    log("stopping HDFS");
+    try {
+      dfs.shutdown(true);
+    } catch (Throwable t) {
+      log("stopping HDFS: " + t);
+    }
+    log("stopped");
+  }
+
+  private static int freePort() throws IOException {
+    try (ServerSocket socket = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
+      return socket.getLocalPort();
+    }
+  }
+
+  private static int runningNodes(MiniYARNCluster yarn) {
+    try {
+      return yarn.getResourceManager().getRMContext().getRMNodes().values().stream()
+          .filter(n -> n.getState() == NodeState.RUNNING).mapToInt(n -> 1).sum();
+    } catch (RuntimeException e) {
+      return 0;
+    }
+  }
+
+  private static int port(String hostPort) {
+    if (hostPort == null || !hostPort.contains(":")) {
+      return 0;
+    }
+    return Integer.parseInt(hostPort.substring(hostPort.lastIndexOf(':') + 1));
+  }
+
+  /** Every setting that differs from Hadoop's defaults: dfs.* to hdfs-site, yarn.* to yarn-site, the rest to core-site. */
+  private static void writeSites(Configuration conf, Configuration defaults, File dir) throws IOException {
+    Configuration core = new Configuration(false);
+    Configuration hdfs = new Configuration(false);
+    Configuration yarn = new Configuration(false);
+    for (Map.Entry<String, String> e : conf) {
+      String key = e.getKey();
+      String value = conf.get(key);
+      if (value == null || value.equals(defaults.get(key)) || SERVER_ONLY.matcher(key).lookingAt()) {
+        continue;
+      }
+      if (key.startsWith("dfs.")) {
+        hdfs.set(key, value);
+      } else if (key.startsWith("yarn.")) {
+        yarn.set(key, value);
+      } else {
+        core.set(key, value);
+      }
+    }
+    writeConf(core, new File(dir, "core-site.xml"));
+    writeConf(hdfs, new File(dir, "hdfs-site.xml"));
+    writeConf(yarn, new File(dir, "yarn-site.xml"));
+  }
+
+  private static void writeConf(Configuration conf, File target) throws IOException {
+    File tmp = new File(target.getPath() + ".tmp");
+    try (OutputStream out = new FileOutputStream(tmp)) {
+      conf.writeXml(out);
+    }
+    Files.move(tmp.toPath(), target.toPath(), StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+  }
+
+  private static void writeAtomically(File target, String text) throws IOException {
+    File tmp = new File(target.getPath() + ".tmp");
+    try (PrintWriter w = new PrintWriter(tmp, StandardCharsets.UTF_8)) {
+      w.print(text);
+    }
+    Files.move(tmp.toPath(), target.toPath(), StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+  }
+
+  private static String seconds(long since) {
+    return String.format("%.1fs", (System.nanoTime() - since) / 1e9);
+  }
+
+  private static void log(String message) {
+    System.err.println("stram-minicluster: " + message);
+    System.err.flush();
+  }
+}

@@ -1,0 +1,138 @@
+"""The admin commands on YARN applications, typed as a user would, on the session's mini cluster.
+
+``stram list-apps``, ``get-app-info``, ``list-containers``, ``list-operators``
+and ``scale`` reach the master through the ResourceManager's web proxy (the
+tracking URL); ``shutdown-app`` and ``kill-app`` end applications. Each result
+is checked against YARN's own view (``yarn application -status``) or against
+counts made here from the input.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import Counter
+
+import pytest
+
+from conftest import ROOT, read_counts, word_truth
+from hadoop import launch_following, running_operators, stram, stram_json, wait_until
+
+pytestmark = [pytest.mark.yarn, pytest.mark.slow]
+
+WORDCOUNT = ROOT / "specs" / "wordcount.yaml"
+MOBY = ROOT / "specs" / "data" / "moby-dick.txt"
+FAST = ["-D", "STREAMING_WINDOW_SIZE_MILLIS=100", "-D", "HEARTBEAT_INTERVAL_MILLIS=300",
+        "-D", "CHECKPOINT_WINDOW_COUNT=5"]
+SMALL = ["-D", "MASTER_MEMORY_MB=512", "-D", "CONTAINER_MEMORY_MB=512"]
+
+
+def yarn_final_state(cluster, app_id: str) -> str | None:
+    """YARN's final state of an application once it finished (SUCCEEDED, FAILED, KILLED), else None."""
+    status = cluster.run("yarn", "application", "-status", app_id)
+    state = re.search(r"^\s*State : (\w+)", status, re.M).group(1)
+    final = re.search(r"Final-State : (\w+)", status).group(1)
+    return final if state in ("FINISHED", "FAILED", "KILLED") else None
+
+
+def prefix_truth(path, words: int) -> Counter | None:
+    """The word counts of the first lines of ``path`` that hold exactly ``words`` words (None: no such prefix)."""
+    counts: Counter = Counter()
+    total = 0
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if total == words:
+                return counts
+            found = re.findall(r"[a-z0-9]+", line.lower())
+            counts.update(found)
+            total += len(found)
+            if total > words:
+                return None
+    return counts if total == words else None
+
+
+def test_scale_through_the_master(on_minicluster, tmp_path):
+    """``stram scale APP count 3`` mid-run (2 -> 3 partitions): the counts stay exact."""
+    cluster = on_minicluster
+    base = cluster.new_dir("admin")
+    moby = cluster.put(MOBY, f"{base}/moby.txt")
+    started = time.monotonic()
+    proc, app_id = launch_following(WORDCOUNT, *FAST, "-D", "operators.reader.lines_per_window=20",
+                                    "-D", "operators.count.partitions=2", "-D", f"operators.reader.path={moby}",
+                                    "-D", f"operators.out.path={cluster.uri(base)}/out")
+    try:
+        rows = wait_until(lambda: running_operators(app_id), timeout=240, interval=2, what="operators ACTIVE")
+        assert sorted(r["label"] for r in rows) == sorted(
+            ["reader", "split", "count[0]", "count[1]", "count.output.unifier#6", "out"]), rows
+
+        scaled = stram("scale", app_id, "count", "3")
+        assert scaled.returncode == 0, scaled.stderr
+        wait_until(lambda: (r := running_operators(app_id)) and {"count[0]", "count[1]", "count[2]"}
+                   <= {x["label"] for x in r}, timeout=180, interval=2, what="three count partitions ACTIVE")
+        _, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err[-4000:]
+    print(f"scale on YARN: submit to SUCCEEDED in {time.monotonic() - started:.1f}s")
+    assert yarn_final_state(cluster, app_id) == "SUCCEEDED"
+    truth = word_truth(MOBY)
+    sums, maxima, _ = read_counts(cluster.get(f"{base}/out", tmp_path / "out"))
+    assert sums == truth and maxima == dict(truth)
+
+
+def test_inspect_shutdown_and_kill(on_minicluster, tmp_path):
+    """list-apps, get-app-info, list-containers, list-operators on two running applications; then
+    shutdown-app ends one SUCCEEDED with the counts of a prefix of the input, kill-app the other KILLED
+    (``stram wait`` and YARN's own report say so)."""
+    cluster = on_minicluster
+    base = cluster.new_dir("shutdown")
+    moby = cluster.put(MOBY, f"{base}/moby.txt")
+    started = time.monotonic()
+    slow = [*FAST, *SMALL, "-D", "operators.reader.lines_per_window=5", "-D", f"operators.reader.path={moby}"]
+    ids = []
+    for name in ("graceful", "killed"):
+        proc = stram("launch", "--yarn", WORDCOUNT, *slow, "-D", f"operators.out.path={cluster.uri(base)}/{name}",
+                     "--detach")
+        assert proc.returncode == 0, proc.stderr
+        ids.append(proc.stdout.strip().splitlines()[-1])
+    graceful, killed = ids
+    for app_id in ids:
+        rows = wait_until(lambda: running_operators(app_id), timeout=240, interval=2, what=f"{app_id} ACTIVE")
+    assert sorted(r["label"] for r in rows) == ["count", "out", "reader", "split"], rows
+
+    # what the master says, through the ResourceManager's web proxy, matches YARN and itself
+    listed = {a["id"]: a for a in stram_json("list-apps")}
+    for app_id in ids:
+        assert listed[app_id]["name"] == "wordcount" and listed[app_id]["state"] == "RUNNING", listed.get(app_id)
+    info = stram_json("get-app-info", graceful)
+    assert info["name"] == "wordcount" and info["state"] == "RUNNING", info
+    assert info["operators"] == 4 and info["app_path"].startswith(cluster.fs + "/"), info
+    containers = stram_json("list-containers", graceful)
+    assert len(containers) == info["containers"] >= 2, containers
+    operators = stram_json("list-operators", graceful)
+    assert {op for c in containers for op in c["operators"]} == {r["label"] for r in operators}
+    assert all(c["state"] == "RUNNING" and c["buffer_server"] for c in containers), containers
+    assert {r["container"] for r in operators} == {c["id"] for c in containers}
+
+    down = stram("shutdown-app", graceful)
+    assert down.returncode == 0, down.stderr
+    gone = stram("kill-app", killed)
+    assert gone.returncode == 0 and f"{killed} KILLED" in gone.stdout, gone.stderr
+    waited = stram("wait", graceful, "--timeout", "240")
+    assert waited.returncode == 0 and waited.stdout.strip() == f"{graceful} SUCCEEDED", waited
+    waited = stram("wait", killed, "--timeout", "60")
+    assert waited.returncode == 1 and waited.stdout.strip() == f"{killed} KILLED", waited
+    assert yarn_final_state(cluster, graceful) == "SUCCEEDED"
+    assert yarn_final_state(cluster, killed) == "KILLED"
+    print(f"shutdown-app/kill-app on YARN: both ended {time.monotonic() - started:.1f}s after the first submit")
+
+    # the graceful shutdown ended the reader early: the output is exactly the counts of the lines
+    # it had read, a prefix of the input, every word once
+    sums, maxima, rows = read_counts(cluster.get(f"{base}/graceful", tmp_path / "graceful"))
+    assert rows
+    assert maxima == dict(sums)
+    prefix = prefix_truth(MOBY, sum(sums.values()))
+    assert prefix is not None and prefix == sums
+    assert sum(sums.values()) < sum(word_truth(MOBY).values())  # it really stopped early
