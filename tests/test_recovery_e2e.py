@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT, read_counts, word_truth
 from scripts import cli
 from appmaster import apps as stram_apps, client as stram_client
-from e2ekit import agent_pid, launch_detached, running_operators, wait_until
+from e2ekit import admin, agent_pid, launch_detached, running_operators, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +30,7 @@ def kill_random_containers(app_id: str, kills: int, seed: int, spacing: tuple[fl
     killed = []
     for _ in range(kills):
         time.sleep(rng.uniform(*spacing))
-        rows = stram_client.admin(stram_apps.find_app(app_id), "containers")["containers"]
+        rows = (admin(app_id, "containers") or {}).get("containers", [])
         running = [r["id"] for r in rows if r["state"] == "RUNNING" and r["operators"]]
         if not running:
             break
@@ -39,7 +39,7 @@ def kill_random_containers(app_id: str, kills: int, seed: int, spacing: tuple[fl
         if pid:
             os.kill(pid, signal.SIGKILL)
             killed.append(victim)
-        wait_until(lambda: running_operators(app_id) == len(stram_client.admin(stram_apps.find_app(app_id), "operators")["operators"]),
+        wait_until(lambda: running_operators(app_id) == len((admin(app_id, "operators") or {}).get("operators", [None])),
                    timeout=60, what="recovery")
     return killed
 
@@ -50,10 +50,10 @@ def test_chaos_wordcount(tmp_path, mode):
     out = tmp_path / "out"
     seed = int(os.environ.get("STRAM_CHAOS_SEED", "20261122")) + len(mode)
     app_id = launch_detached("specs/wordcount.yaml", *FAST, "-D", f"PROCESSING_MODE={mode}",
-                             "-D", f"operators.reader.path={MOBY}", "-D", "operators.reader.lines_per_window=120",
+                             "-D", f"operators.reader.path={MOBY}", "-D", "operators.reader.lines_per_window=80",
                              "-D", "operators.count.partitions=2", "-D", f"operators.out.path={out}")
     wait_until(lambda: running_operators(app_id) == 6, what="all operators running")
-    killed = kill_random_containers(app_id, 3, seed, (2.0, 5.0))
+    killed = kill_random_containers(app_id, 3, seed, (1.0, 3.0))
     assert len(killed) == 3, f"seed {seed}: killed only {killed}"
     assert cli.main(["wait", app_id, "--timeout", "240"]) == 0, f"seed {seed}"
     info = stram_apps.find_app(app_id)
