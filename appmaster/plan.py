@@ -244,21 +244,14 @@ class PhysicalPlan:
 
     def _place(self, links: Iterable[set[int]], max_containers: int | None) -> None:
         """One container per locality group, merged down to ``max_containers``."""
-        parent = {op_id: op_id for op_id in self.operators}
-
-        def find(x: int) -> int:
-            while parent[x] != x:
-                parent[x] = parent[parent[x]]
-                x = parent[x]
-            return x
-
+        sets = _DisjointSets(self.operators)
         for link in links:
             first, *rest = sorted(link)
             for other in rest:
-                parent[find(other)] = find(first)
+                sets.join(other, first)
         groups: dict[int, list[int]] = {}
         for op_id in sorted(self.operators):
-            groups.setdefault(find(op_id), []).append(op_id)
+            groups.setdefault(sets.find(op_id), []).append(op_id)
         ordered = list(groups.values())
         if max_containers and len(ordered) > max_containers:
             merged: list[list[int]] = [[] for _ in range(max_containers)]
@@ -299,23 +292,16 @@ class PhysicalPlan:
 
     def inline_groups(self) -> dict[int, frozenset[int]]:
         """Every operator's :meth:`inline_group` at once (one pass over the inputs)."""
-        parent = {op_id: op_id for op_id in self.operators}
-
-        def find(x: int) -> int:
-            while parent[x] != x:
-                parent[x] = parent[parent[x]]
-                x = parent[x]
-            return x
-
+        sets = _DisjointSets(self.operators)
         for op in self.operators.values():
             for inp in op.inputs:
                 if self.is_inline(op, inp):
-                    parent[find(inp.source_id)] = find(op.id)
+                    sets.join(inp.source_id, op.id)
         members: dict[int, set[int]] = {}
         for op_id in self.operators:
-            members.setdefault(find(op_id), set()).add(op_id)
+            members.setdefault(sets.find(op_id), set()).add(op_id)
         groups = {root: frozenset(ids) for root, ids in members.items()}
-        return {op_id: groups[find(op_id)] for op_id in self.operators}
+        return {op_id: groups[sets.find(op_id)] for op_id in self.operators}
 
     def upstream(self, op_id: int) -> list[int]:
         op = self.operators.get(op_id)
@@ -414,3 +400,21 @@ def _unifier_class(op_cls: type) -> str:
     if unifier is None:
         return "container.operator:PassThroughUnifier"
     return f"{unifier.__module__}:{unifier.__qualname__}"
+
+
+class _DisjointSets:
+    """Union-find over operator ids (path halving): which operators end up in one group."""
+
+    def __init__(self, ids: Iterable[int]) -> None:
+        self.parent = {i: i for i in ids}
+
+    def find(self, x: int) -> int:
+        parent = self.parent
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    def join(self, a: int, b: int) -> None:
+        """Put ``a``'s group into ``b``'s."""
+        self.parent[self.find(a)] = self.find(b)

@@ -39,12 +39,13 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 60.0, what: str = 
                interval: float = 0.1) -> Any:
     """The first truthy value of ``predicate()``; AssertionError naming ``what`` after ``timeout`` s."""
     deadline = time.monotonic() + timeout
+    value = None
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {value!r})")
 
 
 def admin(app_id: str, path: str) -> Any:

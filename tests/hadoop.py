@@ -213,18 +213,6 @@ def launch_following(*args: str | os.PathLike) -> tuple[subprocess.Popen, str]:
     return proc, line
 
 
-def wait_until(check, timeout: float = 180, interval: float = 1.0, what: str = "condition"):
-    """Call ``check`` until it returns something true; that value."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
-
-
 def running_operators(app_id: str) -> list[dict] | None:
     """The operator rows when every operator of the application is deployed and ACTIVE."""
     proc = stram("list-operators", app_id, "--json", timeout=120)

@@ -16,7 +16,8 @@ from collections import Counter
 import pytest
 
 from conftest import ROOT, read_counts, word_truth
-from hadoop import launch_following, running_operators, stram, stram_json, wait_until
+from e2ekit import wait_until
+from hadoop import launch_following, running_operators, stram, stram_json
 
 pytestmark = [pytest.mark.yarn, pytest.mark.slow]
 

@@ -26,7 +26,8 @@ import time
 import pytest
 
 from conftest import ROOT, read_counts, word_truth
-from hadoop import (collect_logs, launch_following, running_operators, stram, stram_json, wait_until,
+from e2ekit import wait_until
+from hadoop import (collect_logs, launch_following, running_operators, stram, stram_json,
                     yarn_container_id)
 
 pytestmark = [pytest.mark.yarn, pytest.mark.slow]
