@@ -87,8 +87,8 @@ def test_an_operator_raising_on_one_line_fails_the_application_not_restarting_fo
 
 def test_the_progress_line_shows_the_failure_while_it_restarts(tmp_path):
     app_id = launch_detached(picky_spec(tmp_path, retry=True))
-    run = LocalRun(app_id, supervisor=None)  # type: ignore[arg-type]  # progress() reads the admin API only
     try:
+        run = LocalRun(app_id, supervisor=None)  # type: ignore[arg-type]  # progress() reads the admin API only
         line = wait_until(lambda: "split failed" in (p := run.progress(1.0)) and p, timeout=60,
                           what="the failure in the progress line")
         assert " | split failed" in line and "ValueError: cannot split line 'the men selected for" in line
