@@ -19,9 +19,13 @@ import grpc
 
 import proto
 from appmaster.state import ErrorReport, Heartbeat, InitContextRequest, MasterEvent, UnknownContainer
+from container.logsetup import rate_limit
 
 log = logging.getLogger("appmaster.server")
 container_log = logging.getLogger("appmaster.containers")
+# a flood of refused or unknown calls must not fill the disk: repeats are counted, not written
+rate_limit(log, burst=5, interval=10.0)
+rate_limit(container_log, burst=50, interval=10.0)
 
 #: Largest request the master accepts (a heartbeat is a few KB).
 MAX_MESSAGE_BYTES = 4 << 20

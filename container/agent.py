@@ -30,12 +30,14 @@ from container.bufferserver.client import Subscriber
 from container.bufferserver.protocol import MessageType
 from container.bufferserver.server import BufferServer
 from container.codec import get_codec
+from container.logsetup import rate_limit
 from container.windows import initial_window
 from container.engine import (BEGIN_WINDOW, CHECKPOINT, DATA, END_STREAM, END_WINDOW,
                               DirectSink, Node, NodeState, PublisherSink, QueueSink, load_class)
 from container.operator import InputConnection, OperatorContext
 
 log = logging.getLogger("container.agent")
+rate_limit(log, burst=5, interval=10.0)  # reconnect warnings and the like: repeats are counted
 
 _LOCALITY = {proto.THREAD_LOCAL: "THREAD_LOCAL", proto.CONTAINER_LOCAL: "CONTAINER_LOCAL"}
 _KIND = {v: k for k, v in proto.OperatorDeployInfo.OperatorType.items()}
