@@ -46,7 +46,16 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("appmaster").error("cannot run application %s: %s", args.app_id, exc)
         return 1
     install_signal_handlers(master)
-    state = master.run()
+    try:
+        state = master.run()
+    except BaseException:  # noqa: BLE001 - never hang on with a live server and nobody deciding
+        logging.getLogger("appmaster").exception("application master %s failed; exiting (the next "
+                                                 "attempt resumes from the journal)", args.app_id)
+        try:
+            master.stop()
+        finally:
+            logging.shutdown()
+            os._exit(1)
     logging.getLogger("appmaster").info("application %s ended %s", args.app_id, state)
     return 0 if state == "SUCCEEDED" else 1
 

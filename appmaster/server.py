@@ -18,6 +18,7 @@ from typing import Any, Callable
 import grpc
 
 import proto
+from appmaster.events import MasterPaused
 from appmaster.state import ErrorReport, Heartbeat, InitContextRequest, MasterEvent, UnknownContainer
 from container.logsetup import rate_limit
 
@@ -60,10 +61,17 @@ class UmbilicalServicer(proto.StreamingContainerUmbilicalServicer):
             context.abort(grpc.StatusCode.UNAUTHENTICATED,
                           "wrong or missing application token (metadata 'stram-token')")
 
+    def _dispatch(self, event: MasterEvent, context: grpc.ServicerContext) -> Any:
+        """The master's answer to ``event``; UNAVAILABLE ``paused: …`` while its writes wait for space."""
+        try:
+            return self.dispatch(event)
+        except MasterPaused as exc:
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+
     def GetInitContext(self, request: proto.InitContextRequest, context: grpc.ServicerContext) -> Any:
         self._check(context)
         try:
-            return self.dispatch(InitContextRequest(request.container_id))
+            return self._dispatch(InitContextRequest(request.container_id), context)
         except UnknownContainer:
             log.warning("GetInitContext from unknown container %r (%s)", request.container_id, context.peer())
             context.abort(grpc.StatusCode.NOT_FOUND, f"unknown container {request.container_id!r}")
@@ -79,13 +87,13 @@ class UmbilicalServicer(proto.StreamingContainerUmbilicalServicer):
         self._check(context)
         container_log.error("[%s] error in operators %s: %s", request.container_id,
                             list(request.operators), request.msg[:20000])
-        self.dispatch(ErrorReport(request.container_id, tuple(request.operators), request.msg, _now()))
+        self._dispatch(ErrorReport(request.container_id, tuple(request.operators), request.msg, _now()), context)
         return proto.Empty()
 
     def ProcessHeartbeat(self, request: proto.ContainerHeartbeat, context: grpc.ServicerContext) -> Any:
         self._check(context)
         # the dispatcher journals before the response or any deletion acts on the new state
-        return self.dispatch(Heartbeat(request, _now(), context.peer()))
+        return self._dispatch(Heartbeat(request, _now(), context.peer()), context)
 
 
 def create_server(servicer: UmbilicalServicer, host: str = "0.0.0.0", port: int = 0,
