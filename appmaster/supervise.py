@@ -137,7 +137,10 @@ class Supervisor:
         status.update(id=self.app_id, state=state, diagnostics=diagnostics,
                       finished_millis=int(time.time() * 1000))
         status.setdefault("name", "")
-        fs.write_atomic(os.path.join(self.app_dir, apppath.STATUS), json.dumps(status).encode())
+        try:  # on a full disk: in place
+            fs.write_status_file(os.path.join(self.app_dir, apppath.STATUS), json.dumps(status).encode())
+        except OSError as exc:
+            print(f"could not write status.json: {exc}", file=sys.stderr, flush=True)
         print(f"{self.app_id} {state}: {diagnostics}", file=sys.stderr, flush=True)
         return state
 

@@ -75,19 +75,26 @@ def write_atomic(uri: str, data: bytes) -> None:
         raise
 
 
+#: A status document is padded with trailing spaces (still the same JSON) to at least this many
+#: bytes, so that rewriting it in place on a full disk reuses blocks it already holds.
+STATUS_RESERVE = 16384
+
+
 def write_status_file(uri: str, data: bytes) -> None:
-    """Write a small local status document, even on a full disk.
+    """Write a small local JSON status document, even on a full disk.
 
     Atomically (:func:`write_atomic`) when it can; when that fails for want of
-    space and the file exists locally, it is rewritten in place (the blocks it
-    holds are reused, so no new space is needed; a reader may see a torn
-    document for an instant and must treat unreadable JSON as "not known yet").
+    space and the file exists locally, it is rewritten in place: the document is
+    padded to :data:`STATUS_RESERVE` bytes every time, so the blocks the file holds
+    are reused and no new space is needed (a reader may see a torn document for an
+    instant and must treat unreadable JSON as "not known yet").
 
     Raises
     ------
     OSError
         Neither way worked.
     """
+    data += b" " * max(0, STATUS_RESERVE - len(data))
     try:
         write_atomic(uri, data)
         return
