@@ -117,7 +117,7 @@ class Recovery:
     def _container_paused(self, container: PTContainer, paused: str, now: int) -> None:
         """A heartbeat said whether the container's writes wait for space."""
         if paused and self.paused.get(container.id) != paused.split(";")[0]:
-            self._note(now, "paused", f"{container.id}: {paused}")
+            self._note(now, "paused", f"{container.id} {paused}")
         if paused:
             self.paused[container.id] = paused.split(";")[0]  # what waits, without the clock
         else:
