@@ -205,6 +205,8 @@ class AppMaster:
                     self.pauses.begin(what, exc)
                     self._pause_thread = threading.get_ident()
                 self._while_paused(what)
+                if self.state.state != "RUNNING":  # killed, or failed for want of space: stop waiting
+                    break
                 self._pause_wait.wait(delay)  # the lock is released: the admin API still answers
                 delay = min(delay * 2, space.MAX_DELAY)
                 key = self.state.journal_key()
@@ -220,8 +222,8 @@ class AppMaster:
     def _refusing(self) -> str:
         """Why events from this thread are refused now: another thread's journal waits for space."""
         owner = self._pause_thread
-        if owner is None or owner == threading.get_ident():
-            return ""
+        if owner is None or owner == threading.get_ident() or self.state.state != "RUNNING":
+            return ""  # an application that ends no longer waits for its journal
         return self.pauses.describe() or "paused: no space left on device"
 
     def _while_paused(self, what: str) -> None:
@@ -472,8 +474,14 @@ class AppMaster:
         """
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
-            for cid, code in self.launcher.poll():
-                self.dispatch(ContainerExited(cid, code, _now()))
+            self._pending_exits += self.launcher.poll()
+            while self._pending_exits:
+                cid, code = self._pending_exits[0]
+                try:
+                    self.dispatch(ContainerExited(cid, code, _now()))
+                except MasterPaused:
+                    break  # the journal's wait is ending (the state left RUNNING): next round
+                self._pending_exits.pop(0)
             with self.lock:
                 if not self.state.containers_to_stop() and not self.launcher.running():
                     break

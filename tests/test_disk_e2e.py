@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import time
 
@@ -77,7 +78,13 @@ def status(app_id: str) -> dict:
         return {}
 
 
-def kill_left(app_id: str) -> None:
+def kill_left(app_id: str, keep: pathlib.Path | None = None) -> None:
+    """Kill what is left of the application; copy its logs (off the small disk) to ``keep``."""
+    if keep is not None:
+        logs = pathlib.Path(stram_apps.apps_dir()) / app_id / "logs"
+        with contextlib.suppress(OSError):
+            shutil.copytree(logs, keep / f"logs-{app_id}")
+            shutil.copy(logs.parent / "status.json", keep / f"logs-{app_id}")
     for proc in app_processes(app_id):
         with contextlib.suppress(Exception):
             proc.kill()
@@ -124,7 +131,7 @@ def test_disk_fills_then_frees_succeeds_exactly(tmp_path, monkeypatch):
             assert "resumed after" in said, "no log line says the application resumed"
         finally:
             if app_id:
-                kill_left(app_id)
+                kill_left(app_id, tmp_path)
 
 
 def test_disk_stays_full_fails_with_diagnostic(tmp_path, monkeypatch):
@@ -144,7 +151,7 @@ def test_disk_stays_full_fails_with_diagnostic(tmp_path, monkeypatch):
             print(f"FAILED after {took:.0f} s: {final['diagnostics']}")
         finally:
             if app_id:
-                kill_left(app_id)
+                kill_left(app_id, tmp_path)
 
 
 def test_journal_waits_for_space_while_a_container_is_recovered(tmp_path, monkeypatch):
@@ -170,4 +177,4 @@ def test_journal_waits_for_space_while_a_container_is_recovered(tmp_path, monkey
             assert sums == word_truth(MOBY), "counts differ from the direct count"
         finally:
             if app_id:
-                kill_left(app_id)
+                kill_left(app_id, tmp_path)
