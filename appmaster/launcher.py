@@ -85,7 +85,6 @@ class LocalLauncher(Launcher):
         env = dict(os.environ)
         env.update(request.env)
         env["STRAM_HOST"] = "127.0.0.1"
-        env["STRAM_LOG_DIR"] = self.log_dir
         env["STRAM_WORK_DIR"] = os.path.join(os.path.dirname(self.log_dir), "work", request.container_id)
         env.setdefault("PYTHONPATH", self.cwd)
         out = open(os.path.join(self.log_dir, f"{request.container_id}.log"), "ab")

@@ -157,8 +157,6 @@ def application_spec(spec: Any, spec_path: str | None = None, *, python_env: str
         ""])
     container_script = "\n".join([
         preamble,
-        "# the agent logs into the YARN container's log directory (the NodeManager's pages, `yarn logs`)",
-        'export STRAM_LOG_DIR="${STRAM_LOG_DIR:-${LOG_DIRS%%,*}}"',
         'python -m appmaster.yarn check-hdfs "$STRAM_APP_PATH"',
         "exec python -m container",
         ""])
