@@ -254,8 +254,8 @@ class Injector:
 
     def fill(self) -> str | None:
         """Fill the output's file system until a write fails with ENOSPC."""
-        if self.disk_dir is None:
-            return None
+        if self.disk_dir is None or not self._containers("out"):
+            return None  # no disk, or no output writing to it yet
         self.filler = self.disk_dir / "chaos-filler"
         block = b"\0" * (1 << 16)
         try:
