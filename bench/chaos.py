@@ -447,8 +447,8 @@ def soak(runs: int, seed: int, mode: str = "both", *, disk: bool = True, keep: b
         work = pathlib.Path(tempfile.mkdtemp(prefix=f"stram-chaos-{s}-"))
         try:
             r = run_one(s, m, work, disk=disk, timeout=timeout)
-        finally:
-            pass
+        except Exception as exc:  # noqa: BLE001 - a soak error ends this run, not the soak
+            r = RunResult(s, MODES[m], "failed", detail=f"the soak itself failed: {exc!r}")
         results.append(r)
         out(r.line() + "".join(f"\n    {n}" for n in r.notes))
         if r.result == "exact" and not keep:
