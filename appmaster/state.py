@@ -267,10 +267,14 @@ class MasterState(DeployMessages, Recovery, StateReports):
         response = proto.ContainerHeartbeatResponse(
             heartbeat_interval_millis=int(self.attr("HEARTBEAT_INTERVAL_MILLIS")))
         container = self.plan.containers.get(hb.container_id)
-        if container is None or container.state in GONE:
-            if container is None:
-                log.warning("heartbeat from unknown container %r (%s): told to shut down",
-                            hb.container_id, ev.peer)
+        # a process that is not the one launched as this container (one an earlier master attempt
+        # started but never recorded) must not speak for it: what it omits would leave the plan
+        impostor = bool(container and container.pid and hb.jvm_name and hb.jvm_name.split("@")[0] != str(container.pid))
+        if container is None or container.state in GONE or impostor:
+            if container is None or impostor:
+                log.warning("heartbeat from %s container %r (%s, %s): told to shut down",
+                            "another process than the" if impostor else "unknown", hb.container_id,
+                            hb.jvm_name, ev.peer)
             response.shutdown = True
             return [Reply(response)]
         instructions: list[Instruction] = []
