@@ -68,3 +68,20 @@ def test_a_replayed_window_never_disappears_from_the_final_files(tmp_path, monke
     assert seen_missing == []
     assert sorted(final_rows(tmp_path), key=lambda r: r["k"]) == [{"k": 1}, {"k": 2}]
     assert not [p for p in (tmp_path / "out").rglob("*") if p.is_file() and not p.name.endswith(".jsonl")]
+
+
+def test_an_append_cut_short_is_dropped_before_appending_again(tmp_path):
+    """AT_LEAST_ONCE appends to one file: a line torn by a kill or a full disk must not glue onto the next."""
+    out = tmp_path / "out"
+    out.mkdir()
+    part = out / "part-out-3.jsonl"
+    part.write_bytes(b'{"k":1}\n{"k":2}\n{"k":3,"to')  # the writer died mid-line
+    op = io.JsonLinesOutput()
+    op.path = str(out)
+    op.setup(OperatorContext(id=3, name="out", attributes={"PROCESSING_MODE": "AT_LEAST_ONCE"}))
+    write_window(op, W + 1, [{"k": 3, "total": 9}, {"k": 4}])  # the replayed window
+    op.teardown()
+    assert [json.loads(line) for line in part.read_text().splitlines()] == [
+        {"k": 1}, {"k": 2}, {"k": 3, "total": 9}, {"k": 4}]
+    assert io.drop_torn_line(str(part)) == 0  # complete: nothing to drop
+    assert io.drop_torn_line(str(out / "missing.jsonl")) == 0

@@ -104,6 +104,34 @@ class _LineFile:
         self._f.close()
 
 
+def drop_torn_line(uri: str) -> int:
+    """Cut a JSON-lines file back to its last complete line; the bytes dropped.
+
+    An append that was cut short (the process killed mid-write, or the disk
+    full) leaves part of a line at the end; the next append would glue a new
+    line onto it. The window that line belonged to never ended, so it is
+    written again by the replay (AT_LEAST_ONCE) or, at most once, not at all.
+    """
+    import os
+
+    import pyarrow.fs as pafs
+    filesystem, path = fs.resolve(uri)
+    info = filesystem.get_file_info(path)
+    if info.type != pafs.FileType.File or not info.size:
+        return 0
+    with filesystem.open_input_file(path) as f:
+        f.seek(info.size - 1)
+        if f.read(1) == b"\n":
+            return 0
+    data = fs.read_bytes(uri)
+    keep = data[:data.rfind(b"\n") + 1]
+    if isinstance(filesystem, pafs.LocalFileSystem):
+        os.truncate(path, len(keep))
+    else:  # HDFS and others: pyarrow has no truncate; replace the file (rare: only after a torn append)
+        fs.write_atomic(uri, keep)
+    return len(data) - len(keep)
+
+
 class JsonLinesOutput(Operator):
     """Writes each tuple as one JSON line into ``*.jsonl`` files under ``path``.
 
@@ -138,7 +166,9 @@ class JsonLinesOutput(Operator):
         if not self._exactly_once:
             # At least / at most once: one file per partition, appended to
             # across restarts (a replay may repeat lines in AT_LEAST_ONCE).
-            filesystem, path = fs.resolve(fs.join(self.path, f"part-{self._name}.jsonl"))
+            uri = fs.join(self.path, f"part-{self._name}.jsonl")
+            drop_torn_line(uri)
+            filesystem, path = fs.resolve(uri)
             self._out = filesystem.open_append_stream(path)
 
     def begin_window(self, window_id: int) -> None:
