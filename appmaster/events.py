@@ -14,7 +14,8 @@ import proto
 
 __all__ = ["MasterEvent", "Start", "AdoptContainers", "ContainerStarted", "InitContextRequest", "Heartbeat", "ErrorReport",
            "ContainerExited", "Tick", "KillContainerRequest", "KillApp", "ShutdownRequest",
-           "ContainersStopped", "ScaleRequest", "ScaleStatesWritten", "Note", "UnknownEvent", "UnknownContainer"]
+           "ContainersStopped", "ScaleRequest", "ScaleStatesWritten", "Note", "StackTraceRequest", "UnknownEvent",
+           "UnknownContainer", "ContainerNotRunning"]
 
 
 @dataclass(frozen=True)
@@ -155,9 +156,23 @@ class Note(MasterEvent):
     text: str
 
 
+@dataclass(frozen=True)
+class StackTraceRequest(MasterEvent):
+    """Ask a running container for every thread's stack (Apex's STACKTRACE): replied with the
+    request's number; the trace arrives with a later heartbeat (raises :class:`UnknownContainer`,
+    :class:`ContainerNotRunning`)."""
+
+    container_id: str
+    now: int
+
+
 class UnknownEvent(TypeError):
     """An event :meth:`MasterState.handle` has no handler for (it is never silently dropped)."""
 
 
 class UnknownContainer(Exception):
     """A container id the plan does not know (or has released)."""
+
+
+class ContainerNotRunning(Exception):
+    """A container the plan knows, but whose agent is not heartbeating (pending, lost or released)."""
