@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from flask import Flask, Response, jsonify, request
+from werkzeug.exceptions import HTTPException
 from werkzeug.serving import make_server
 
 from appmaster import metrics
@@ -34,6 +35,16 @@ STACK_TRACE_WAIT_MAX = 60.0
 def create_app(master: Any) -> Flask:
     app = Flask("stram-admin")
     registry = metrics.registry_for(master)
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException):  # noqa: ANN202
+        """Unknown paths and wrong methods answer JSON too: ``{"error": ...}``."""
+        return jsonify({"error": f"{exc.name}: {request.method} {request.path}"}), exc.code
+
+    @app.errorhandler(Exception)
+    def internal_error(exc: Exception):  # noqa: ANN202
+        log.exception("admin API: %s %s failed", request.method, request.path)
+        return jsonify({"error": f"internal error: {type(exc).__name__}: {exc}"}), 500
 
     def locked(fn):  # noqa: ANN001
         with master.lock:
