@@ -148,6 +148,9 @@ class Diagnose:
         """Restart the containers of blocked operators whose stack arrived or was waited for long
         enough; forget those that finished a window or were redeployed meanwhile."""
         instructions: list[Instruction] = []
+        if getattr(self, "paused", None):  # writes wait for space: windows stop everywhere, none is blocked
+            self.blocked.difference_update(self._blocked_waits)
+            self._blocked_waits.clear()
         for op_id, wait in list(self._blocked_waits.items()):
             op = self.plan.operators.get(op_id)
             if op is None or op_id not in self.blocked or op.state != OperatorState.ACTIVE \

@@ -87,7 +87,10 @@ class LocalLauncher(Launcher):
         env["STRAM_HOST"] = "127.0.0.1"
         env["STRAM_WORK_DIR"] = os.path.join(os.path.dirname(self.log_dir), "work", request.container_id)
         env.setdefault("PYTHONPATH", self.cwd)
-        out = open(os.path.join(self.log_dir, f"{request.container_id}.log"), "ab")
+        stop_strays(request.env.get("STRAM_APP_ID", ""), request.container_id)
+        # the agent logs to <container>.log itself (rotating); <container>.out catches a crash's traceback
+        env["STRAM_LOG_DIR"] = self.log_dir
+        out = open(os.path.join(self.log_dir, f"{request.container_id}.out"), "ab")
         proc = subprocess.Popen([sys.executable, "-m", "container"], env=env, cwd=self.cwd,
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         out.close()
@@ -173,6 +176,33 @@ def proven_container(pid: int, started: float, container_id: str,
     if app_id is not None and env.get("STRAM_APP_ID") != app_id:
         return None
     return proc
+
+
+def stop_strays(app_id: str, container_id: str) -> int:
+    """SIGKILL every live process that carries ``STRAM_APP_ID=<app_id>`` and
+    ``STRAM_CONTAINER_ID=<container_id>`` in its environment; how many there were.
+
+    Called before a container is launched: such a process is one an earlier master
+    attempt started but died before recording (so the new attempt launches the
+    container again), and two processes must never speak for one container.
+    """
+    if not app_id:
+        return 0
+    strays = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if proc.info["cmdline"] and proc.info["cmdline"][-2:] == ["-m", "container"]:
+                env = proc.environ()
+                if env.get("STRAM_APP_ID") == app_id and env.get("STRAM_CONTAINER_ID") == container_id:
+                    proc.kill()
+                    strays.append(proc)
+        except psutil.Error:
+            continue
+    if strays:
+        log.warning("killed %d process(es) of %s an earlier master attempt started: %s", len(strays),
+                    container_id, ", ".join(str(p.pid) for p in strays))
+        psutil.wait_procs(strays, timeout=5)
+    return len(strays)
 
 
 class _Adopted:

@@ -29,10 +29,10 @@ import proto
 from appmaster import journal, scaling
 from appmaster.deploy import DAG_ATTRIBUTES, DeployMessages
 from appmaster.diagnose import Diagnose
-from appmaster.events import (AdoptContainers, ContainerExited, ContainerStarted, ContainersStopped, ErrorReport, Heartbeat,
-                              InitContextRequest, KillApp, KillContainerRequest, MasterEvent, Note,
-                              ScaleRequest, ScaleStatesWritten, ShutdownRequest, StackTraceRequest, Start, Tick,
-                              UnknownContainer, UnknownEvent)
+from appmaster.events import (AdoptContainers, ContainerExited, ContainerStarted, ContainersStopped, DiskFull,
+                              ErrorReport, Heartbeat, InitContextRequest, KillApp, KillContainerRequest,
+                              MasterEvent, Note, Resumed, ScaleRequest, ScaleStatesWritten, ShutdownRequest,
+                              StackTraceRequest, Start, Tick, UnknownContainer, UnknownEvent)
 from appmaster.instructions import (AdoptContainer, DeleteCheckpoints, Finish, Instruction, KillContainer,
                                     LaunchContainer, Reply, SplitCheckpoints, UnknownInstruction)
 from appmaster.plan import (ContainerState, OperatorState, PhysicalPlan, PTContainer, PTOperator,
@@ -118,6 +118,7 @@ class MasterState(DeployMessages, Recovery, Diagnose, StateReports):
         self._init_diagnose()
         #: label -> the operator's last failure (error line, window, count), for info and progress
         self.failures: dict[str, dict[str, Any]] = {}
+        self.paused: dict[str, str] = {}
         self.shutdown_requested = False
         self.heartbeats = 0
         #: Master attempt (a restarted master resumes from the journal with attempt + 1).
@@ -272,10 +273,14 @@ class MasterState(DeployMessages, Recovery, Diagnose, StateReports):
         response = proto.ContainerHeartbeatResponse(
             heartbeat_interval_millis=int(self.attr("HEARTBEAT_INTERVAL_MILLIS")))
         container = self.plan.containers.get(hb.container_id)
-        if container is None or container.state in GONE:
-            if container is None:
-                log.warning("heartbeat from unknown container %r (%s): told to shut down",
-                            hb.container_id, ev.peer)
+        # a process that is not the one launched as this container (one an earlier master attempt
+        # started but never recorded) must not speak for it: what it omits would leave the plan
+        impostor = bool(container and container.pid and hb.jvm_name and hb.jvm_name.split("@")[0] != str(container.pid))
+        if container is None or container.state in GONE or impostor:
+            if container is None or impostor:
+                log.warning("heartbeat from %s container %r (%s, %s): told to shut down",
+                            "another process than the" if impostor else "unknown", hb.container_id,
+                            hb.jvm_name, ev.peer)
             response.shutdown = True
             return [Reply(response)]
         instructions: list[Instruction] = []
@@ -288,6 +293,7 @@ class MasterState(DeployMessages, Recovery, Diagnose, StateReports):
             container.buffer_server = (hb.buffer_server_host, hb.buffer_server_port)
             container.host = hb.buffer_server_host
         container.memory_used_mb = hb.memory_mb_used
+        self._container_paused(container, hb.paused, now)
         container.publishers = {p.publisher: {"memory_bytes": p.memory_bytes, "spilled_bytes": p.spilled_bytes,
                                               "windows": p.windows, "first_window": p.first_window,
                                               "last_window": p.last_window}
@@ -585,5 +591,7 @@ _HANDLERS: dict[type[MasterEvent], Callable[[MasterState, Any], list[Instruction
     ScaleStatesWritten: MasterState._handle_scale_states_written,
     Note: MasterState._handle_note,
     StackTraceRequest: MasterState._handle_stack_trace_request,
+    DiskFull: MasterState._handle_disk_full,
+    Resumed: MasterState._handle_resumed,
 }
 

@@ -117,7 +117,11 @@ class StateRun:
 
     def heartbeat(self, container_id: str, *reports: proto.OperatorHeartbeat):
         self.now += 1000
-        response, instructions = self.state.heartbeat(container_heartbeat(container_id, reports), self.now)
+        hb = container_heartbeat(container_id, reports)
+        container = self.state.plan.containers.get(container_id)
+        if container is not None and container.pid:  # the process launched as the container speaks
+            hb.jvm_name = f"{container.pid}@{container_id}"
+        response, instructions = self.state.heartbeat(hb, self.now)
         self.state.validate_state()
         self.committed_seen.append(response.committed_window_id)
         return response, instructions

@@ -13,18 +13,20 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 
 import psutil
 import pytest
 
 from appmaster import journal
 from appmaster.instructions import AdoptContainer, LaunchContainer
-from appmaster.launcher import LocalLauncher, proven_container
-from appmaster.plan import ContainerState
+from appmaster.launcher import ContainerRequest, LocalLauncher, proven_container, stop_strays
+from appmaster.plan import ContainerState, OperatorState
 from appmaster.spec import AppSpec
 from appmaster.state import AdoptContainers, ContainerExited, ContainerStarted, MasterState
+from conftest import ROOT
 from e2ekit import wait_until
-from statekit import StateRun
+from statekit import StateRun, container_heartbeat
 
 SPEC = """
 name: adopt
@@ -122,3 +124,48 @@ def test_relaunch_forgets_the_previous_process():
     launch = state._launch(state.plan.containers[cid], 2)
     assert isinstance(launch, LaunchContainer)
     assert (state.plan.containers[cid].pid, state.plan.containers[cid].process_started) == (0, 0.0)
+
+
+def test_launch_kills_a_stray_process_an_earlier_attempt_started_for_the_container(tmp_path):
+    """A master that died between starting a container's process and recording it leaves a
+    process the next attempt cannot adopt; it launches the container again, and first kills
+    that stray (and only it), so that one process speaks for one container."""
+    def agent(app_id: str, container_id: str) -> subprocess.Popen:
+        env = dict(os.environ, STRAM_APP_ID=app_id, STRAM_CONTAINER_ID=container_id, STRAM_TOKEN="t",
+                   STRAM_APP_PATH=f"file://{tmp_path}/no-master", STRAM_WORK_DIR=str(tmp_path / container_id))
+        proc = subprocess.Popen([sys.executable, "-m", "container"], env=env, cwd=ROOT,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_until(lambda: psutil.Process(proc.pid).cmdline()[-2:] == ["-m", "container"], 10, what="agent")
+        return proc
+    stray, other_container, other_app = agent("app-7", "container_000002"), \
+        agent("app-7", "container_000003"), agent("app-8", "container_000002")
+    try:
+        assert stop_strays("app-7", "container_000001") == 0
+        launcher = LocalLauncher(str(tmp_path / "logs"), cwd=str(ROOT))
+        env = {"STRAM_APP_ID": "app-7", "STRAM_CONTAINER_ID": "container_000002", "STRAM_TOKEN": "t",
+               "STRAM_APP_PATH": f"file://{tmp_path}/no-master"}
+        pid, _ = launcher.launch(ContainerRequest("container_000002", 256, 1, (), env))
+        stray.wait(10)  # killed (and reaped by the launcher's psutil.wait_procs: no exit code here)
+        assert other_container.poll() is None and other_app.poll() is None
+        assert psutil.Process(pid).is_running()
+        launcher.stop_all(grace=2.0)
+    finally:
+        for proc in (stray, other_container, other_app):
+            proc.kill()
+            proc.wait()
+
+
+def test_a_heartbeat_from_another_process_than_the_launched_one_is_refused():
+    """Two processes with one container id (see above): only the recorded one is heard; the
+    other is told to shut down, and what its heartbeat omits does not leave the plan."""
+    run = StateRun(SPEC)
+    state = run.state
+    run.deploy()
+    cid = run.containers["out"]
+    state.handle(ContainerStarted(cid, 4242, 1_700_000_123.25, run.now))
+    hb = container_heartbeat(cid, [])  # reports no operator, from pid 1
+    response, _ = state.heartbeat(hb, run.now + 500)
+    assert response.shutdown
+    assert state.plan.operators[run.ids["out"]].state == OperatorState.ACTIVE
+    response, _ = run.heartbeat(cid, run.report("out", 1))  # the launched process: heard
+    assert not response.shutdown
