@@ -3,27 +3,48 @@
 The CLI reaches a running master through it; its URL is written to
 ``APP_PATH/admin.json``. On YARN the same pages sit behind the tracking URL.
 Requests that change something become events passed to the master's
-dispatcher (kill a container, scale) or its requests (shut down, kill);
-the pages read the state under the master's lock.
+dispatcher (kill a container, scale, ask for a stack trace) or its requests
+(shut down, kill); the pages read the state under the master's lock.
+``/metrics`` serves Prometheus's text format (:mod:`appmaster.metrics`).
+Every endpoint is listed in ``docs/rest-api.md``.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
-from flask import Flask, jsonify, request
+from flask import Flask, Response, jsonify, request
+from werkzeug.exceptions import HTTPException
 from werkzeug.serving import make_server
 
-from appmaster.events import MasterPaused
-from appmaster.state import KillContainerRequest, UnknownContainer
+from appmaster import metrics
+from appmaster.events import ContainerNotRunning, MasterPaused
+from appmaster.state import KillContainerRequest, StackTraceRequest, UnknownContainer
 
 log = logging.getLogger("appmaster.admin")
 
 
+#: Seconds a stack trace request waits for the container's answer by default, and at most.
+STACK_TRACE_WAIT = 10.0
+STACK_TRACE_WAIT_MAX = 60.0
+
+
 def create_app(master: Any) -> Flask:
     app = Flask("stram-admin")
+    registry = metrics.registry_for(master)
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException):  # noqa: ANN202
+        """Unknown paths and wrong methods answer JSON too: ``{"error": ...}``."""
+        return jsonify({"error": f"{exc.name}: {request.method} {request.path}"}), exc.code
+
+    @app.errorhandler(Exception)
+    def internal_error(exc: Exception):  # noqa: ANN202
+        log.exception("admin API: %s %s failed", request.method, request.path)
+        return jsonify({"error": f"internal error: {type(exc).__name__}: {exc}"}), 500
 
     def locked(fn):  # noqa: ANN001
         with master.lock:
@@ -65,6 +86,38 @@ def create_app(master: Any) -> Flask:
         except UnknownContainer:
             return jsonify({"error": f"unknown container {container_id!r}"}), 404
         return jsonify({"killed": container_id})
+
+    @app.get("/ws/v2/stram/containers/<container_id>/stackTrace")
+    def stack_trace(container_id: str):  # noqa: ANN202
+        """Every thread's stack in a running container (Apex's STACKTRACE), waiting for its answer."""
+        try:
+            wait = float(request.args.get("timeout", STACK_TRACE_WAIT))
+        except ValueError:
+            wait = -1.0
+        if not 0 < wait <= STACK_TRACE_WAIT_MAX:
+            return jsonify({"error": f"timeout must be a number of seconds in (0, {STACK_TRACE_WAIT_MAX:g}], "
+                                     f"got {request.args.get('timeout')!r}"}), 400
+        deadline = time.monotonic() + wait
+        try:
+            seq = master.dispatch(StackTraceRequest(container_id, int(time.time() * 1000)))
+            while True:
+                trace = locked(lambda: master.state.stack_trace(container_id, seq))
+                if trace is not None:
+                    return jsonify(trace)
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.05)
+        except UnknownContainer:
+            return jsonify({"error": f"unknown container {container_id!r}"}), 404
+        except ContainerNotRunning as exc:
+            return jsonify({"error": str(exc)}), 409
+        last = locked(lambda: master.state.plan.containers[container_id].last_heartbeat_millis)
+        return jsonify({"error": f"container {container_id} did not answer within {wait:g} s (its last "
+                                 f"heartbeat was {max(0, time.time() * 1000 - last) / 1000:.1f} s ago)"}), 504
+
+    @app.get("/metrics")
+    def prometheus():  # noqa: ANN202
+        return Response(metrics.exposition(registry), mimetype=None, content_type=metrics.CONTENT_TYPE)
 
     @app.route("/ws/v2/stram/shutdown", methods=["POST", "PUT"])
     def shutdown():  # noqa: ANN202

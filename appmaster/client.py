@@ -26,8 +26,10 @@ __all__ = ["admin", "app_info", "failure_note", "LocalRun"]
 STARTING_WAIT = 20.0
 
 
-def admin(app: dict[str, Any], path: str, method: str = "GET", body: dict | None = None) -> Any:
-    """Call ``app``'s admin API (``/ws/v2/stram/<path>``); the parsed JSON answer.
+def admin(app: dict[str, Any], path: str, method: str = "GET", body: dict | None = None,
+          timeout: float = 10.0) -> Any:
+    """Call ``app``'s admin API (``/ws/v2/stram/<path>``); the parsed JSON answer
+    (``timeout``: seconds to wait for it).
 
     Raises
     ------
@@ -37,7 +39,7 @@ def admin(app: dict[str, Any], path: str, method: str = "GET", body: dict | None
     if app.get("yarn"):
         from appmaster import yarn
         with yarn.connect() as client:
-            return yarn.admin_request(app["id"], client, path, method, body)
+            return yarn.admin_request(app["id"], client, path, method, body, timeout=timeout)
     deadline = time.monotonic() + STARTING_WAIT
     while app.get("state") == "STARTING" and not app.get("admin_url") and time.monotonic() < deadline:
         time.sleep(0.2)  # the master is starting: its admin API comes up in a moment
@@ -45,7 +47,7 @@ def admin(app: dict[str, Any], path: str, method: str = "GET", body: dict | None
     if app.get("state") in TERMINAL or not app.get("admin_url"):
         raise StramError(f"application {app['id']} is {app.get('state')}; its master is not running")
     try:
-        return request_json(app["admin_url"], path, method, body)
+        return request_json(app["admin_url"], path, method, body, timeout=timeout)
     except ClusterUnreachable as exc:
         raise ClusterUnreachable(f"the application master at {exc} does not answer; "
                                  f"is the application still running? (`stram list-apps`)") from None

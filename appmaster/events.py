@@ -14,8 +14,8 @@ import proto
 
 __all__ = ["MasterEvent", "Start", "AdoptContainers", "ContainerStarted", "InitContextRequest", "Heartbeat", "ErrorReport",
            "ContainerExited", "Tick", "KillContainerRequest", "KillApp", "ShutdownRequest", "DiskFull", "Resumed",
-           "ContainersStopped", "ScaleRequest", "ScaleStatesWritten", "Note", "UnknownEvent", "UnknownContainer",
-           "MasterPaused"]
+           "ContainersStopped", "ScaleRequest", "ScaleStatesWritten", "Note", "StackTraceRequest", "UnknownEvent",
+           "UnknownContainer", "ContainerNotRunning", "MasterPaused"]
 
 
 @dataclass(frozen=True)
@@ -157,6 +157,16 @@ class Note(MasterEvent):
 
 
 @dataclass(frozen=True)
+class StackTraceRequest(MasterEvent):
+    """Ask a running container for every thread's stack (Apex's STACKTRACE): replied with the
+    request's number; the trace arrives with a later heartbeat (raises :class:`UnknownContainer`,
+    :class:`ContainerNotRunning`)."""
+
+    container_id: str
+    now: int
+
+
+@dataclass(frozen=True)
 class DiskFull(MasterEvent):
     """A write the application needs waited for space longer than DISK_FULL_TIMEOUT_SECS: it fails."""
 
@@ -184,3 +194,7 @@ class MasterPaused(Exception):
 
 class UnknownContainer(Exception):
     """A container id the plan does not know (or has released)."""
+
+
+class ContainerNotRunning(Exception):
+    """A container the plan knows, but whose agent is not heartbeating (pending, lost or released)."""

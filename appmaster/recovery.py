@@ -199,10 +199,8 @@ class Recovery:
             if op.state == OperatorState.ACTIVE and op.window_advanced_millis \
                     and now - op.window_advanced_millis > limit and op.id not in self.blocked:
                 self.blocked.add(op.id)
-                self._note(now, "blocked", f"operator {op.label} ({op.id}) has not finished a window "
-                                           f"for {now - op.window_advanced_millis} ms; restarting its container")
-                instructions += self._recover([op.container], now, f"operator {op.label} blocked", kill=True)
-        return instructions
+                self._operator_blocked(op, now, now - op.window_advanced_millis)  # asks for its stack
+        return instructions + self._resolve_blocked(now)  # restarts it, its stack in its last error
 
     def _handle_kill_container_request(self, ev: KillContainerRequest) -> list[Instruction]:
         """Administrative kill: the container is lost and recovered."""
@@ -229,6 +227,7 @@ class Recovery:
             self._note(now, "lost", f"{container.id}: {reason}")
         if not lost_ops or self.state != "RUNNING":
             return instructions + self._maybe_finish()
+        self.recoveries += 1
         limit = self.attr("RECOVERY_ATTEMPTS")
         for op_id in sorted(lost_ops) if failed is None else [failed]:
             op = self.plan.operators[op_id]
@@ -288,6 +287,7 @@ class Recovery:
             op.resume_window = max(latest, default=0) + 1 if latest else 0
         op.checkpoints = [c for c in op.checkpoints if c <= op.recovery_checkpoint]
         op.current_window = op.recovery_checkpoint
+        self.totals[op.id].redeployed(op.recovery_checkpoint)  # the replayed windows count again
         op.window_advanced_millis = 0
         if op.shutdown_window is not None:
             for ids in self.shutdown_operators.values():

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import collections
 import json
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from appmaster.plan import ContainerState, OperatorState
 
-__all__ = ["StateReports", "WindowSample", "window_hex", "last_line", "decode_metrics"]
+__all__ = ["StateReports", "WindowSample", "OperatorTotals", "window_hex", "last_line", "decode_metrics"]
 
 
 class WindowSample(NamedTuple):
@@ -31,6 +32,44 @@ class WindowSample(NamedTuple):
     cpu_nanos: int
     #: The operator's metrics of the window (Apex's AutoMetric), JSON decoded.
     metrics: dict[str, Any]
+
+
+@dataclass
+class OperatorTotals:
+    """What one physical operator did in this master attempt, over all its incarnations.
+
+    Counters in Prometheus's sense: they never go backward. A redeployed operator
+    starts its own counts afresh, but the master adds up per-window reports, so a
+    restart only adds: the windows it replays after its checkpoint count again
+    (they were processed again), a window reported twice by one incarnation
+    (a retried heartbeat) counts once.
+    """
+
+    #: Tuples taken in on all input ports.
+    tuples_in: int = 0
+    #: Tuples emitted on all output ports.
+    tuples_out: int = 0
+    #: Windows finished.
+    windows: int = 0
+    #: CPU time of the operator's thread, nanoseconds.
+    cpu_nanos: int = 0
+    #: The newest window counted for the running incarnation.
+    counted_window: int = -1
+
+    def add(self, sample: WindowSample) -> None:
+        """Count a reported window (once per incarnation)."""
+        if sample.window_id <= self.counted_window:
+            return
+        self.counted_window = sample.window_id
+        self.tuples_in += sample.tuples_in
+        self.tuples_out += sample.tuples_out
+        self.windows += 1
+        self.cpu_nanos += sample.cpu_nanos
+
+    def redeployed(self, checkpoint: int) -> None:
+        """A new incarnation resumes after ``checkpoint``: the windows after it count again."""
+        self.counted_window = checkpoint
+
 
 #: Containers with a process the master asked for and may still have to stop.
 ALIVE = (ContainerState.PENDING, ContainerState.RUNNING)
@@ -120,6 +159,7 @@ class StateReports:
             "throughput": {op.label: round(self.throughput(op.id), 1) for op in ops.values()},
             "recovery_checkpoints": {op.label: op.recovery_checkpoint for op in ops.values()},
             "restarts": {op.label: op.restarts for op in ops.values() if op.restarts},
+            "recoveries": self.recoveries, "attempt": self.attempt,
             "blocked": sorted(ops[o].label for o in self.blocked if o in ops),
             "paused": dict(getattr(self, "paused", {})),
             "shutdown_operators": {window_hex(w): [ops[o].label if o in ops else o for o in ids]
@@ -139,11 +179,18 @@ class StateReports:
         for op in self.plan.operators.values():
             history = self.window_history.get(op.id) or []
             last = history[-1] if history else None
+            totals = self.totals.get(op.id) or OperatorTotals()
             rows.append({"id": op.id, "name": op.name, "label": op.label, "kind": op.kind,
+                         "partition": None if op.kind == "UNIFIER" else op.partition_index,
+                         "blocked": op.id in self.blocked,
                          "container": op.container, "state": op.state.value,
                          "current_window": op.current_window, "recovery_checkpoint": op.recovery_checkpoint,
                          "tuples_per_sec": round(self.throughput(op.id), 1),
                          "last_window_tuples": [last.tuples_in, last.tuples_out] if last else [0, 0],
+                         # counters (never go backward; see OperatorTotals): what /metrics exports
+                         "tuples_in_total": totals.tuples_in, "tuples_out_total": totals.tuples_out,
+                         "tuples_processed_total": totals.tuples_in if op.inputs else totals.tuples_out,
+                         "windows_total": totals.windows, "cpu_seconds_total": totals.cpu_nanos / 1e9,
                          "metrics": last.metrics if last else {},
                          "restarts": op.restarts, "last_error": last_line(op.last_error)})
         return rows

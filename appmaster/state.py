@@ -28,16 +28,17 @@ from typing import Any, Callable
 import proto
 from appmaster import journal, scaling
 from appmaster.deploy import DAG_ATTRIBUTES, DeployMessages
+from appmaster.diagnose import Diagnose
 from appmaster.events import (AdoptContainers, ContainerExited, ContainerStarted, ContainersStopped, DiskFull,
                               ErrorReport, Heartbeat, InitContextRequest, KillApp, KillContainerRequest,
                               MasterEvent, Note, Resumed, ScaleRequest, ScaleStatesWritten, ShutdownRequest,
-                              Start, Tick, UnknownContainer, UnknownEvent)
+                              StackTraceRequest, Start, Tick, UnknownContainer, UnknownEvent)
 from appmaster.instructions import (AdoptContainer, DeleteCheckpoints, Finish, Instruction, KillContainer,
                                     LaunchContainer, Reply, SplitCheckpoints, UnknownInstruction)
 from appmaster.plan import (ContainerState, OperatorState, PhysicalPlan, PTContainer, PTOperator,
                             affected_operators)
 from appmaster.recovery import GONE, Recovery
-from appmaster.reports import ALIVE, StateReports, WindowSample, decode_metrics, window_hex
+from appmaster.reports import ALIVE, OperatorTotals, StateReports, WindowSample, decode_metrics, window_hex
 from appmaster.rules import recovery_checkpoints, restart_backoff_millis
 from appmaster.scaling import ScaleRefused, ScaleResult
 from container.windows import initial_window
@@ -48,7 +49,7 @@ __all__ = [
     "SplitCheckpoints", "Finish", "Reply", "UnknownInstruction",
     "MasterEvent", "Start", "AdoptContainers", "ContainerStarted", "InitContextRequest", "Heartbeat", "ErrorReport",
     "ContainerExited", "Tick", "KillContainerRequest", "KillApp", "ShutdownRequest",
-    "ContainersStopped", "ScaleRequest", "ScaleStatesWritten", "Note", "UnknownEvent",
+    "ContainersStopped", "ScaleRequest", "ScaleStatesWritten", "Note", "StackTraceRequest", "UnknownEvent",
     "MasterState", "UnknownContainer", "recovery_checkpoints", "restart_backoff_millis",
     "affected_operators",
 ]
@@ -65,7 +66,7 @@ class LogEntry:
     text: str
 
 
-class MasterState(DeployMessages, Recovery, StateReports):
+class MasterState(DeployMessages, Recovery, Diagnose, StateReports):
     """All of the master's bookkeeping for one application.
 
     Parameters
@@ -110,6 +111,11 @@ class MasterState(DeployMessages, Recovery, StateReports):
         self.window_history: dict[int, collections.deque[WindowSample]] = collections.defaultdict(
             lambda: collections.deque(maxlen=20))
         self.blocked: set[int] = set()
+        #: operator id -> what it did in this master attempt (counters: never go backward)
+        self.totals: dict[int, OperatorTotals] = collections.defaultdict(OperatorTotals)
+        #: Containers lost or restarted and their operators redeployed, in this master attempt.
+        self.recoveries = 0
+        self._init_diagnose()
         #: label -> the operator's last failure (error line, window, count), for info and progress
         self.failures: dict[str, dict[str, Any]] = {}
         self.paused: dict[str, str] = {}
@@ -292,6 +298,7 @@ class MasterState(DeployMessages, Recovery, StateReports):
                                               "windows": p.windows, "first_window": p.first_window,
                                               "last_window": p.last_window}
                                 for p in hb.publishers}
+        self._take_stack_trace(container, hb, now)
         reported = set()
         for ohb in hb.container_stats.operators:
             reported.add(ohb.node_id)
@@ -335,11 +342,12 @@ class MasterState(DeployMessages, Recovery, StateReports):
         history = self.window_history[op.id]
         for ws in ohb.window_stats:
             ports = list(ws.output_ports) + list(ws.input_ports)
-            history.append(WindowSample(
+            history.append(sample := WindowSample(
                 ws.window_id, sum(p.tuple_count for p in ws.input_ports),
                 sum(p.tuple_count for p in ws.output_ports),
                 max((p.end_window_timestamp for p in ports), default=now), ws.cpu_time_used,
                 decode_metrics(ws.metrics)))
+            self.totals[op.id].add(sample)
         if ohb.state == proto.OperatorHeartbeat.ACTIVE:
             if op.state in (OperatorState.DEPLOYING, OperatorState.PENDING_DEPLOY):
                 op.window_advanced_millis = now
@@ -359,6 +367,7 @@ class MasterState(DeployMessages, Recovery, StateReports):
         if self.state != "RUNNING" or container.state == ContainerState.RELEASED:
             response.shutdown = True
             return
+        self._ask_stack_trace(container, response)
         response.undeploy_request.extend(sorted(self._undeploy.pop(container.id, ())))
         response.reset_publishers.extend(sorted(self._resets.pop(container.id, ())))
         response.node_requests.extend(self._node_requests.pop(container.id, []))
@@ -581,6 +590,7 @@ _HANDLERS: dict[type[MasterEvent], Callable[[MasterState, Any], list[Instruction
     ScaleRequest: MasterState._handle_scale_request,
     ScaleStatesWritten: MasterState._handle_scale_states_written,
     Note: MasterState._handle_note,
+    StackTraceRequest: MasterState._handle_stack_trace_request,
     DiskFull: MasterState._handle_disk_full,
     Resumed: MasterState._handle_resumed,
 }

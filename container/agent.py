@@ -31,6 +31,7 @@ from container.bufferserver.protocol import MessageType
 from container.bufferserver.server import BufferServer
 from container.codec import get_codec
 from container.logsetup import rate_limit
+from container.stacks import thread_stacks
 from container.windows import initial_window
 from container.engine import (BEGIN_WINDOW, CHECKPOINT, DATA, END_STREAM, END_WINDOW,
                               DirectSink, Node, NodeState, PublisherSink, QueueSink, load_class)
@@ -133,6 +134,8 @@ class Agent:
         self.buffer_address = ("", 0)
         self.context: proto.StreamingContainerContext | None = None
         self.interval = 1.0
+        #: The master asked for every thread's stack (stack_trace_required): the next heartbeat, at once.
+        self._stack_wanted = False
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._process = psutil.Process()
@@ -162,7 +165,8 @@ class Agent:
                 response = self._call_with_retry("ProcessHeartbeat", self._heartbeat())
                 if self._apply(response):
                     break
-                self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+                if not self._stack_wanted:
+                    self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
         finally:
             self.shutdown()
         return 0
@@ -243,8 +247,14 @@ class Agent:
                     publisher=pub, memory_bytes=st.get("memory_bytes", 0), spilled_bytes=st.get("spilled_bytes", 0),
                     windows=st.get("windows", 0), first_window=st.get("first_window") or 0,
                     last_window=st.get("last_window") or 0))
+        stack_trace = ""
+        if self._stack_wanted:
+            self._stack_wanted = False
+            threads = {n.thread.ident: n.id for n in list(self.nodes.values()) + list(self.finished.values())
+                       if n.thread is not None}
+            stack_trace = json.dumps(thread_stacks(threads))
         return proto.ContainerHeartbeat(
-            publishers=publishers,
+            publishers=publishers, stack_trace=stack_trace,
             container_id=self.container_id,
             buffer_server_host=self.buffer_address[0], buffer_server_port=self.buffer_address[1],
             jvm_name=f"{os.getpid()}@{socket.gethostname()}",
@@ -290,6 +300,8 @@ class Agent:
         """Carry out a heartbeat response; True when the container should exit."""
         if r.heartbeat_interval_millis:
             self.interval = r.heartbeat_interval_millis / 1000
+        if r.stack_trace_required:
+            self._stack_wanted = True
         # replaced every time: upstream operators that were removed must disappear
         self.upstream_windows = dict(r.upstream_windows)
         self.ended_upstreams = dict(r.ended_upstreams)

@@ -102,6 +102,10 @@ class DirectSink(Sink):
     def control(self, kind: int, window_id: int) -> None:
         self.node.on_message(self.src, kind, window_id)
 
+    def count(self, tuples: int) -> None:
+        """``tuples`` reached the downstream's handler directly in this window: its input count."""
+        self.node._in_counts[self.node.source_ports[self.src]] += tuples
+
 
 class PublisherSink(Sink):
     """Remote subscribers: encode and publish to this container's buffer server."""
@@ -158,19 +162,28 @@ class PortOutput:
         self.controls: list[Sink] = []  # THREAD_LOCAL control paths
         self.batch: list = []
         self.tuples = 0  # tuples flushed in the current window
+        #: Tuples handed to THREAD_LOCAL handlers in the current window (a cell: the emit closures count in it).
+        self.direct_count = [0]
         #: Tuples per batch before a mid-window flush (record batches are big: fewer).
         self.batch_limit = ARROW_BATCH_SIZE if getattr(bound_port, "codec", "pickle") == "arrow" else BATCH_SIZE
         self._bind()
 
     def _bind(self) -> None:
         batch_sinks = self.sinks
+        cell = self.direct_count
         if self.direct and not batch_sinks and len(self.direct) == 1:
-            self.port.emit = self.direct[0]
+            handler = self.direct[0]
+
+            def emit_one(t: Any) -> None:
+                cell[0] += 1
+                handler(t)
+            self.port.emit = emit_one
         elif self.direct:
             handlers = list(self.direct)
             append = self.batch.append
 
             def emit(t: Any) -> None:
+                cell[0] += 1
                 for h in handlers:
                     h(t)
                 if batch_sinks:
@@ -201,6 +214,15 @@ class PortOutput:
 
     def control(self, kind: int, window_id: int) -> None:
         self.flush()
+        if kind == BEGIN_WINDOW:
+            self.direct_count[0] = 0
+        elif kind == END_WINDOW and self.direct_count[0]:
+            # THREAD_LOCAL tuples bypass the batches: counted here, for this port and its downstreams
+            n, self.direct_count[0] = self.direct_count[0], 0
+            for control in self.controls:
+                getattr(control, "count", lambda _n: None)(n)
+            if not self.sinks:
+                self.tuples += n  # else the flushed batches counted them
         for sink in self.sinks:
             sink.control(kind, window_id)
         for sink in self.controls:

@@ -151,6 +151,28 @@ def kill_container(args: argparse.Namespace) -> int:
     return 0
 
 
+def stack(args: argparse.Namespace) -> int:
+    from urllib.parse import quote
+
+    from container.stacks import format_thread
+    if not 0 < args.timeout <= 60:
+        raise UserError(f"--timeout must be more than 0 and at most 60 seconds, got {args.timeout:g}")
+    app = find_app(args.app)
+    try:
+        trace = admin(app, f"containers/{quote(args.container, safe='')}/stackTrace?timeout={args.timeout:g}",
+                      timeout=args.timeout + 10)
+    except StramError as exc:
+        raise StramError(f"no stack trace of {args.container} in {app['id']}: {exc}"
+                         + ("; see `stram list-containers`" if "unknown container" in str(exc) else "")) from None
+
+    def human(t: dict[str, Any]) -> str:
+        when = time.strftime("%H:%M:%S", time.localtime(t["millis"] / 1000))
+        head = f"{len(t['threads'])} threads in {t['container']} at {when}"
+        return "\n\n".join([head] + [format_thread(th) for th in t["threads"]])
+    _emit(trace, args.json, human)
+    return 0
+
+
 def shutdown_app(args: argparse.Namespace) -> int:
     app = find_app(args.app)
     admin(app, "shutdown", "POST", {})
@@ -270,6 +292,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("app", metavar="APP")
     p.add_argument("container", metavar="CONTAINER")
     p.set_defaults(func=kill_container)
+
+    p = sub.add_parser("stack", help="every thread's Python stack in a container",
+                       description="Ask a running container for every thread's Python stack (through "
+                                   "the master, in its next heartbeat) and print it, most recent call last.")
+    p.add_argument("app", metavar="APP")
+    p.add_argument("container", metavar="CONTAINER", help="container id (see `stram list-containers`)")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="how long to wait for the container's answer (default 10, at most 60)")
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    p.set_defaults(func=stack)
 
     p = sub.add_parser("shutdown-app", help="graceful: end the streams, finish, SUCCEEDED")
     p.add_argument("app", metavar="APP")

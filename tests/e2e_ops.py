@@ -6,7 +6,7 @@ import time
 
 from container.operator import (FatalError, InputOperator, InputPort, Operator, OutputPort,
                                 ShutdownException)
-from container.operators.io import JsonLinesOutput
+from container.operators.io import JsonLinesOutput, LineReader
 
 
 class Boom(Operator):
@@ -102,3 +102,39 @@ class PickySplitter(Operator):
             raise ValueError(f"cannot split line {line!r}")
         for word in line.lower().split():
             self.output.emit(word)
+
+
+class LinesThenIdle(LineReader):
+    """LineReader that stays alive at the end of its file (the application runs on, idle), so
+    that counters can be read when they no longer move."""
+
+    transient = ("_file", "_left", "_done")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._done = False
+
+    def emit_tuples(self) -> None:
+        if self._done:
+            time.sleep(0.01)
+            return
+        try:
+            super().emit_tuples()
+        except ShutdownException:
+            self._done = True
+
+
+class Sleeper(Operator):
+    """Sleeps inside ``process_input`` (a stuck operator); touches ``marker`` when it starts to."""
+
+    input = InputPort()
+    output = OutputPort()
+    seconds: float = 3600.0
+    marker: str = ""
+
+    def process_input(self, tuple) -> None:  # noqa: A002 - the API's name
+        if self.marker:
+            with open(self.marker, "a") as f:
+                f.write("sleeping\n")
+        time.sleep(self.seconds)  # the frame `stram stack` must show
+        self.output.emit(tuple)

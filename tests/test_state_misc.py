@@ -5,6 +5,7 @@ Pure: no processes, no sockets; the clock is passed in.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -77,10 +78,59 @@ def test_blocked_operator_is_reported_and_its_container_restarted():
         report(state, ids["out"], base + 1, T0 + t)
     assert state.tick(T0 + 1_900) == [] and not state.blocked  # 1.9 s: not yet
     report(state, ids["src"], base + 30, T0 + 2_500)
-    instructions = state.tick(T0 + 2_500)
+    assert state.tick(T0 + 2_500) == []  # blocked: its container is asked for a stack first
     assert [o for o in state.info()["blocked"]] == ["out"]
+    out = state.plan.operators[ids["out"]]
+    hb = proto.ContainerHeartbeat(container_id=out.container, buffer_server_host="h", buffer_server_port=1)
+    hb.container_stats.operators.add(node_id=out.id, state=proto.OperatorHeartbeat.ACTIVE,
+                                     current_window_id=base + 1)
+    response, _ = state.heartbeat(hb, T0 + 2_600)
+    assert response.stack_trace_required
+    stack = {"threads": [{"name": f"op-{out.id}-out", "ident": 7, "daemon": True, "operator": out.id,
+                          "frames": [{"file": "/x/ops.py", "line": 12, "function": "process_input",
+                                      "code": "time.sleep(60)"}]}]}
+    hb.stack_trace = json.dumps(stack)
+    response, _ = state.heartbeat(hb, T0 + 2_700)
+    assert not response.stack_trace_required  # answered
+    instructions = state.tick(T0 + 2_700)
     assert any(isinstance(i, KillContainer) for i in instructions)
     assert state.plan.operators[ids["out"]].restarts == 1
+    # the diagnostic names the operator and carries its thread's stack, like a traceback
+    error = state.plan.operators[ids["out"]].last_error
+    assert 'File "/x/ops.py", line 12, in process_input' in error and "time.sleep(60)" in error
+    assert error.splitlines()[-1].startswith("OperatorBlocked: no window finished for 2500 ms")
+    assert state.info()["failures"]["out"]["error"].startswith("OperatorBlocked")
+
+
+def test_blocked_operator_whose_container_does_not_answer_is_restarted_after_three_heartbeats():
+    state, ids = started()
+    base = state.initial_window
+    report(state, ids["src"], base + 1, T0)
+    report(state, ids["out"], base + 1, T0)
+    report(state, ids["src"], base + 30, T0 + 2_100)
+    assert state.tick(T0 + 2_100) == [] and state.blocked == {ids["out"]}
+    for t in (3_000, 4_000, 5_000):  # heartbeats go on, without a stack
+        report(state, ids["src"], base + 30, T0 + t)
+        assert report(state, ids["out"], base + 1, T0 + t).stack_trace_required
+    assert state.tick(T0 + 2_100 + 2_999) == []  # 3 heartbeat intervals (1 s each) not yet over
+    instructions = state.tick(T0 + 2_100 + 3_000)
+    assert any(isinstance(i, KillContainer) for i in instructions)
+    assert "its container sent no stack within 3000 ms" in state.plan.operators[ids["out"]].last_error
+
+
+def test_an_operator_that_moves_on_while_its_stack_is_awaited_is_not_restarted():
+    state, ids = started()
+    base = state.initial_window
+    report(state, ids["src"], base + 1, T0)
+    report(state, ids["out"], base + 1, T0)
+    report(state, ids["src"], base + 30, T0 + 2_100)
+    assert state.tick(T0 + 2_100) == [] and state.blocked == {ids["out"]}
+    report(state, ids["out"], base + 2, T0 + 2_500)  # it finished a window after all
+    for t in (3_500, 4_500, 5_500):
+        report(state, ids["src"], base + 40 + t // 1000, T0 + t)
+        report(state, ids["out"], base + 2 + t // 1000, T0 + t)
+    assert state.tick(T0 + 6_000) == [] and not state.blocked
+    assert state.plan.operators[ids["out"]].restarts == 0
 
 
 def test_restart_backoff_doubles_to_a_cap():
