@@ -299,6 +299,36 @@ def test_wal_replay_repeats_windows_exactly(tmp_path):
         assert max(seen.values()) == 1, [k for k, v in seen.items() if v > 1][:5]
 
 
+def test_a_window_that_ended_empty_replays_empty(tmp_path):
+    """Run 1 ends window 12 without emitting (blocks were stored meanwhile), then dies.
+
+    Downstream may have checkpointed window 12: a replay that put the stored
+    blocks into window 12 would lose them for it. They must come in 13.
+    """
+    SOURCES["empty"] = src = _Source([f"item-{i}" for i in range(2000)])
+    op = FeedReceiver()
+    op.source = "empty"
+    op.setup(make_context(tmp_path, RECEIVER_WAL=True))
+    first = {BASE + i: run_window(op, BASE + i) for i in range(1, 6)}
+    state5 = pickle.loads(pickle.dumps(op.get_state()))
+    first.update({BASE + i: run_window(op, BASE + i) for i in range(6, 12)})
+    op.begin_window(BASE + 12)  # ends without an emit_tuples call while blocks keep being stored
+    time.sleep(0.1)
+    op.end_window()
+    first[BASE + 12] = []
+    op._rx.close()  # the crash, before window 13 emitted anything
+
+    op2 = FeedReceiver()
+    op2.source = "empty"
+    op2.set_state(state5)
+    op2.setup(make_context(tmp_path, checkpoint=BASE + 5, RECEIVER_WAL=True))
+    second = {BASE + i: run_window(op2, BASE + i) for i in range(6, 14)}
+    op2.teardown()
+    for window in range(BASE + 6, BASE + 13):
+        assert second[window] == first[window], f"window {window - BASE} differs after replay"
+    assert second[BASE + 13], "window 13 emits what was stored during window 12"
+
+
 def test_committed_deletes_wal_blocks_and_index(tmp_path):
     SOURCES["commit"] = _Source(list(range(5000)))
     op = FeedReceiver()

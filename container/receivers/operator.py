@@ -153,6 +153,8 @@ class _Runtime:
         self.pusher = threading.Thread(target=self._push, daemon=True, name=f"block-pusher-{context.id}")
         self.blocks_emitted = 0
         self.items_emitted = 0
+        #: The window whose blocks were last recorded in the WAL's index.
+        self._recorded_window = -1
         self.rate_samples: collections.deque[tuple[float, int]] = collections.deque()
 
     def _recover(self, cursor: int, checkpoint: int) -> int:
@@ -163,7 +165,9 @@ class _Runtime:
         index = self.wal.window_index()
         self.replay = {w: s for w, s in index.items() if w > checkpoint and s > cursor}
         replayed_through = max(self.replay.values(), default=cursor)
-        self.replay_through = max(self.replay, default=checkpoint)
+        # windows up to the newest one the last run ended (empty ones too) replay as they were
+        ended = self.wal.ended_window()
+        self.replay_through = max([checkpoint, *self.replay] + ([ended] if ended > checkpoint else []))
         self.pending = [s for s in seqs if s > replayed_through]
         self.marks.append((checkpoint, cursor))
         self.wal_floor = seqs[0] if seqs else cursor + 1
@@ -253,6 +257,7 @@ class _Runtime:
             return
         if record and self.wal is not None:
             self.wal.record_window(self.window, blocks[-1].seq)
+            self._recorded_window = self.window
         emit = self.op.output.emit
         for block in blocks:
             for item in block.items:
@@ -264,6 +269,8 @@ class _Runtime:
 
     def end_window(self) -> None:
         cursor = self.op._block_cursor
+        if self.wal is not None and self.window > self.replay_through and self._recorded_window != self.window:
+            self.wal.mark_ended(self.window)  # empty: a replay must not fill it (downstream may be past it)
         if self.wal is not None and (not self.marks or self.marks[-1][1] != cursor):
             self.marks.append((self.window, cursor))
         self.context.set_metric("receiver", self.stats())

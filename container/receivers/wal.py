@@ -17,6 +17,10 @@ from container.receivers.blocks import Block
 __all__ = ["WriteAheadLog"]
 
 
+#: The index entry naming the newest window that ended empty.
+ENDED = "ended"
+
+
 class WriteAheadLog:
     """One receiver's blocks, and which window emitted them, under a directory URI.
 
@@ -24,6 +28,7 @@ class WriteAheadLog:
 
         <root>/<seq>                        a block: pickle of (seq, items, metadata)
         <root>/windows/<window id>.<seq>    window <window id> emitted blocks up to <seq>
+        <root>/windows/ended                the newest window that ended having emitted nothing
 
     Blocks are emitted in sequence order, so the last sequence number per
     window is the whole mapping: window w emitted the blocks after the
@@ -66,6 +71,21 @@ class WriteAheadLog:
         name = f"{window_id}.{last_seq}"
         fs.write_atomic(fs.join(self._windows, name), b"")
         self._entries.setdefault(window_id, []).append(name)
+
+    def mark_ended(self, window_id: int) -> None:
+        """Window ``window_id`` ended having emitted nothing (``windows/ended`` holds the newest such).
+
+        Replay must repeat an empty window as empty too: downstream may have
+        checkpointed past it, so blocks put into it by a replay would be lost.
+        """
+        fs.write_atomic(fs.join(self._windows, ENDED), str(window_id).encode())
+
+    def ended_window(self) -> int:
+        """The newest window marked ended while empty (0 when none)."""
+        try:
+            return int(fs.read_bytes(fs.join(self._windows, ENDED)).decode() or 0)
+        except (OSError, ValueError):
+            return 0
 
     def window_index(self) -> dict[int, int]:
         """Window id -> the last block seq it emitted, from the entries on disk."""
