@@ -143,3 +143,34 @@ def test_status_file_is_rewritten_in_place_on_a_full_disk(full_tmpfs):
     doc = {"state": "FAILED", "diagnostics": "no space left on device writing the journal " + "x" * 6000}
     fs.write_status_file(str(status), json.dumps(doc).encode())
     assert json.loads(status.read_text()) == doc
+
+
+def test_an_append_that_meets_a_full_disk_leaves_no_torn_line(full_tmpfs):
+    """AT_LEAST_ONCE output on a full disk: the window fails whole; once space returns, every line parses."""
+    from container.operator import OperatorContext
+    from container.operators import io
+
+    op = io.JsonLinesOutput()
+    op.path = str(full_tmpfs / "out")
+    op.setup(OperatorContext(id=3, name="out", attributes={"PROCESSING_MODE": "AT_LEAST_ONCE"}))
+    rows = [{"key": f"w{i}", "count": i, "total": i * 7} for i in range(200)]
+    op.begin_window(1)
+    for row in rows[:10]:
+        op.process_input(row)
+    op.end_window()
+    part = full_tmpfs / "out" / "part-out-3.jsonl"
+    size = part.stat().st_size
+    _fill(full_tmpfs / "filler")
+    op.begin_window(2)
+    for row in rows * 50:  # far more than the few bytes left
+        op.process_input(row)
+    with pytest.raises(OSError):
+        op.end_window()
+    assert part.stat().st_size == size  # the failed window left nothing behind
+    os.unlink(full_tmpfs / "filler")
+    op.begin_window(2)  # the replay
+    for row in rows:
+        op.process_input(row)
+    op.end_window()
+    op.teardown()
+    assert [json.loads(line) for line in part.read_text().splitlines()] == rows[:10] + rows

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, Optional
+
+import pyarrow.fs as pafs
 
 from container import fs, space
 from container.operator import (FatalError, InputOperator, InputPort, Operator, OperatorContext,
@@ -112,9 +115,6 @@ def drop_torn_line(uri: str) -> int:
     line onto it. The window that line belonged to never ended, so it is
     written again by the replay (AT_LEAST_ONCE) or, at most once, not at all.
     """
-    import os
-
-    import pyarrow.fs as pafs
     filesystem, path = fs.resolve(uri)
     info = filesystem.get_file_info(path)
     if info.type != pafs.FileType.File or not info.size:
@@ -144,12 +144,14 @@ class JsonLinesOutput(Operator):
 
     input = InputPort()
     path: str = ""
-    transient = ("_out", "_lines", "_window", "_exactly_once", "_dir", "_name")
+    transient = ("_out", "_local", "_lines", "_window", "_exactly_once", "_dir", "_name")
 
     def __init__(self) -> None:
         #: Windows whose temporary files await finalization (EXACTLY_ONCE).
         self.pending: list[int] = []
         self._out = None
+        #: The local file appended to (AT_LEAST_ONCE / AT_MOST_ONCE on a local file system).
+        self._local = ""
         self._lines: list[str] = []
         self._window = 0
         self._exactly_once = False
@@ -169,7 +171,10 @@ class JsonLinesOutput(Operator):
             uri = fs.join(self.path, f"part-{self._name}.jsonl")
             drop_torn_line(uri)
             filesystem, path = fs.resolve(uri)
-            self._out = filesystem.open_append_stream(path)
+            if isinstance(filesystem, pafs.LocalFileSystem):
+                self._local = path  # each window appended whole or not at all (see end_window)
+            else:
+                self._out = filesystem.open_append_stream(path)
 
     def begin_window(self, window_id: int) -> None:
         self._window = window_id
@@ -188,6 +193,18 @@ class JsonLinesOutput(Operator):
             space.retry(f"writing window {self._window:x} of {self._name} under {self._dir}",
                         fs.write_atomic, self._tmp(self._window), data)
             self.pending.append(self._window)
+        elif self._local:
+            # a window's lines go in whole or not at all: an append cut short (a full disk) is
+            # cut back before the error goes up, so no torn line is left for the next append
+            with open(self._local, "ab", buffering=0) as f:
+                before = os.fstat(f.fileno()).st_size
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[f.write(view):]
+                except OSError:
+                    os.ftruncate(f.fileno(), before)
+                    raise
         else:
             self._out.write(data)
             self._out.flush()
