@@ -105,8 +105,18 @@ public final class MiniCluster {
     // a busy developer disk must not mark the only node unhealthy (Spark's BaseYarnClusterSuite does the same)
     conf.set("yarn.nodemanager.disk-health-checker.max-disk-utilization-per-disk-percentage", "100.0");
     conf.set("yarn.nodemanager.disk-health-checker.min-free-space-per-disk-mb", "0");
-    // the minicluster jars ship no capacity-scheduler.xml: one queue, "default", all of the cluster
-    conf.set("yarn.scheduler.capacity.root.queues", "default");
+    // the minicluster jars ship no capacity-scheduler.xml: "default" has all of the cluster; two
+    // more queues refuse every application, for tests of a refused submission: "stopped" is
+    // STOPPED, "full" takes no more applications (maximum-applications 0)
+    conf.set("yarn.scheduler.capacity.root.queues", "default,stopped,full");
+    for (String q : new String[] {"stopped", "full"}) {
+      conf.set("yarn.scheduler.capacity.root." + q + ".capacity", "0");
+      conf.set("yarn.scheduler.capacity.root." + q + ".maximum-capacity", "100");
+      conf.set("yarn.scheduler.capacity.root." + q + ".acl_submit_applications", "*");
+    }
+    conf.set("yarn.scheduler.capacity.root.stopped.state", "STOPPED");
+    conf.set("yarn.scheduler.capacity.root.full.state", "RUNNING");
+    conf.set("yarn.scheduler.capacity.root.full.maximum-applications", "0");
     conf.set("yarn.scheduler.capacity.root.default.capacity", "100");
     conf.set("yarn.scheduler.capacity.root.default.maximum-capacity", "100");
     conf.set("yarn.scheduler.capacity.root.default.user-limit-factor", "1");
