@@ -87,12 +87,33 @@ def _uri_of(args: tuple[Any, ...]) -> str | None:
 
 
 def _answers(key: str) -> bool:
-    """True when the NameNode behind ``key`` answers (a look at ``/``)."""
+    """True when the NameNode behind ``key`` answers (a look at ``/``, which always exists)."""
     try:
-        _filesystem(key).get_file_info("/")
-        return True
+        return _filesystem(key).get_file_info("/").type != pafs.FileType.NotFound
     except OSError:
         return False
+
+
+def _info(fs: pafs.FileSystem, path: str) -> pafs.FileInfo:
+    """``fs.get_file_info(path)`` that tells a missing file from a NameNode that did not answer.
+
+    pyarrow's HadoopFileSystem reports *any* failure to look a path up as
+    ``NotFound``; with the NameNode away a file would seem missing (and a
+    directory empty). The root always exists: when it seems missing too, the
+    NameNode did not answer, and this raises an error :func:`hdfs_retry` retries.
+    A path is missing only when the root was found before and after it.
+    """
+    info = fs.get_file_info(path)
+    if info.type != pafs.FileType.NotFound or not isinstance(fs, pafs.HadoopFileSystem):
+        return info
+    for again in (True, False):
+        if fs.get_file_info("/").type == pafs.FileType.NotFound:
+            raise OSError(_EINTERNAL, f"HDFS NameNode did not answer a look at {path} (nor at /)")
+        if again:  # it answers now: ask again, it may have come back just after the first look
+            info = fs.get_file_info(path)
+            if info.type != pafs.FileType.NotFound:
+                return info
+    return info
 
 
 def hdfs_retry(func: Callable[..., T]) -> Callable[..., T]:
@@ -186,14 +207,14 @@ def read_bytes(uri: str) -> bytes:
 @hdfs_retry
 def exists(uri: str) -> bool:
     fs, path = resolve(uri)
-    return fs.get_file_info(path).type != pafs.FileType.NotFound
+    return _info(fs, path).type != pafs.FileType.NotFound
 
 
 @hdfs_retry
 def file_type(uri: str) -> str:
     """``"file"``, ``"directory"`` or ``"missing"``: what ``uri`` names."""
     fs, path = resolve(uri)
-    kind = fs.get_file_info(path).type
+    kind = _info(fs, path).type
     if kind == pafs.FileType.NotFound:
         return "missing"
     return "directory" if kind == pafs.FileType.Directory else "file"
@@ -203,7 +224,7 @@ def file_type(uri: str) -> str:
 def delete(uri: str, missing_ok: bool = True) -> None:
     """Delete a file or a directory tree."""
     fs, path = resolve(uri)
-    info = fs.get_file_info(path)
+    info = _info(fs, path)
     if info.type == pafs.FileType.NotFound:
         if not missing_ok:
             raise FileNotFoundError(uri)
@@ -217,8 +238,12 @@ def delete(uri: str, missing_ok: bool = True) -> None:
 def list_dir(uri: str, recursive: bool = False) -> list[pafs.FileInfo]:
     """Entries under a directory (empty when it does not exist)."""
     fs, path = resolve(uri)
-    selector = pafs.FileSelector(path, allow_not_found=True, recursive=recursive)
-    return fs.get_file_info(selector)
+    # not allow_not_found: pyarrow's HDFS client would then also list nothing when the NameNode
+    # does not answer; a listing that fails says which it is
+    try:
+        return fs.get_file_info(pafs.FileSelector(path, allow_not_found=False, recursive=recursive))
+    except FileNotFoundError:
+        return []
 
 
 @hdfs_retry

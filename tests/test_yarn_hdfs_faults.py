@@ -77,7 +77,15 @@ def test_namenode_restart_mid_run(on_minicluster, tmp_path):
     assert proc.returncode == 0, err[-4000:]
 
     truth = word_truth(MOBY)
-    sums, maxima, _ = read_counts(cluster.get(f"{base}/out", tmp_path / "out"))
+    out = cluster.get(f"{base}/out", tmp_path / "out")
+    sums, maxima, _ = read_counts(out)
+    if sums != truth or maxima != dict(truth):
+        wrong = sorted(k for k in set(truth) | set(sums) if sums.get(k) != truth.get(k))
+        print(f"wrong counts for {len(wrong)} words, e.g. " + ", ".join(
+            f"{k}: {sums.get(k)} (truth {truth.get(k)})" for k in wrong[:8]))
+        print("output files:", len(list(out.rglob("*.jsonl"))), "under", out)
+        (tmp_path / "yarn-logs.txt").write_text(cluster.run("yarn", "logs", "-applicationId", app_id, check=False))
+        print("logs:", tmp_path / "yarn-logs.txt")
     assert maxima == dict(truth), "SUCCEEDED, but running totals differ from the input's counts"
     assert sums == truth, "SUCCEEDED, but EXACTLY_ONCE per-window counts differ from the input's counts"
 
