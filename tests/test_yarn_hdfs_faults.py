@@ -3,9 +3,9 @@
 ``specs/wordcount.yaml`` (EXACTLY_ONCE) over Moby-Dick, with its input, its
 output and ``APP_PATH`` (heartbeatUri, the journal, checkpoints) on the mini
 cluster's HDFS, launched with ``stram launch --yarn`` as a user types it. Once
-every operator is ACTIVE, ``./scripts/minicluster restart-namenode
---down-seconds 5`` stops the NameNode, keeps it down, and starts it again on
-the same port (it then spends a few seconds in safe mode). The master and the
+every operator runs and windows are committed, ``./scripts/minicluster
+restart-namenode --down-seconds 5`` stops the NameNode, keeps it down, and
+starts it again on the same port (it then spends a few seconds in safe mode). The master and the
 containers ride it out (``container.fs.hdfs_retry``): the application ends
 SUCCEEDED and the output holds every word exactly once, counted here,
 independently, from the input. The one other acceptable end is FAILED with a
@@ -14,6 +14,7 @@ diagnostic that names HDFS or the NameNode; SUCCEEDED with a wrong result never 
 
 from __future__ import annotations
 
+import json
 import re
 import time
 
@@ -21,17 +22,17 @@ import pytest
 
 from conftest import ROOT, read_counts, word_truth
 from e2ekit import wait_until
-from hadoop import collect_logs, launch_following, running_operators, stram
+from hadoop import collect_logs, launch_following, stram
 
 pytestmark = [pytest.mark.yarn, pytest.mark.slow]
 
 WORDCOUNT = ROOT / "specs" / "wordcount.yaml"
 MOBY = ROOT / "specs" / "data" / "moby-dick.txt"
-#: windows of 100 ms, 40 lines each: reading Moby-Dick takes 55 s at least, so the outage is mid-run
+#: windows of 100 ms, 20 lines each: reading Moby-Dick takes 110 s at least, so the outage is mid-run
+#: even when deploying is slow on a busy machine
 SLOW_READER = ["-D", "STREAMING_WINDOW_SIZE_MILLIS=100", "-D", "HEARTBEAT_INTERVAL_MILLIS=300",
-               "-D", "CHECKPOINT_WINDOW_COUNT=5", "-D", "operators.reader.lines_per_window=40",
+               "-D", "CHECKPOINT_WINDOW_COUNT=5", "-D", "operators.reader.lines_per_window=20",
                "-D", "operators.count.partitions=2"]
-OPERATORS = 6  # reader, split, count[0], count[1], the unifier, out
 DOWN_SECONDS = 5
 
 
@@ -48,10 +49,16 @@ def test_namenode_restart_mid_run(on_minicluster, tmp_path):
                                     "-D", f"operators.out.path={cluster.uri(base)}/out")
     step(f"submitted {app_id}")
     try:
-        wait_until(lambda: (rows := running_operators(app_id)) and len(rows) == OPERATORS,
-                   timeout=240, interval=2, what="every operator ACTIVE")
-        step("every operator ACTIVE")
-        time.sleep(2)  # checkpoints, journal writes and output windows under way
+        def committing() -> dict | None:  # every operator deployed, and windows committed
+            proc_info = stram("get-app-info", app_id, "--json", timeout=120)
+            if proc_info.returncode != 0:
+                return None
+            info = json.loads(proc_info.stdout)
+            done = info["state"] == "RUNNING" and not info["committed_window_hex"].endswith("ffffffff")
+            return info if done else None
+
+        info = wait_until(committing, timeout=300, interval=2, what="the first committed window")
+        step(f"committed {info['committed_window_hex']}: checkpoints, journal and output writes under way")
         report = cluster.restart_namenode(DOWN_SECONDS)
         step(f"NameNode restarted: {report.splitlines()[-1]}")
         assert proc.poll() is None, "the application ended before the NameNode came back: not mid-run"
