@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 
-from container import apppath, fs
+from container import apppath, fs, logsetup
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,10 +27,8 @@ def main(argv: list[str] | None = None) -> int:
         os.path.join(fs.resolve(args.app_path)[1], apppath.LOGS) if "://" not in args.app_path
         or args.app_path.startswith("file://") else apppath.LOGS)
     os.makedirs(log_dir, exist_ok=True)
-    logging.basicConfig(level=os.environ.get("STRAM_LOG_LEVEL", "INFO"),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        handlers=[logging.FileHandler(os.path.join(log_dir, "master.log")),
-                                  logging.StreamHandler()])
+    # one copy of each line, in a rotating file; stdout/stderr (master.out) keep what is not logging
+    logsetup.configure(os.path.join(log_dir, "master.log"), os.environ.get("STRAM_LOG_LEVEL", "INFO"))
     from appmaster.errors import StramError
     from appmaster.master import AppMaster, install_signal_handlers
     from appmaster.spec import AppSpec
@@ -48,7 +46,16 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("appmaster").error("cannot run application %s: %s", args.app_id, exc)
         return 1
     install_signal_handlers(master)
-    state = master.run()
+    try:
+        state = master.run()
+    except BaseException:  # noqa: BLE001 - never hang on with a live server and nobody deciding
+        logging.getLogger("appmaster").exception("application master %s failed; exiting (the next "
+                                                 "attempt resumes from the journal)", args.app_id)
+        try:
+            master.stop()
+        finally:
+            logging.shutdown()
+            os._exit(1)
     logging.getLogger("appmaster").info("application %s ended %s", args.app_id, state)
     return 0 if state == "SUCCEEDED" else 1
 

@@ -16,6 +16,7 @@ from typing import Any
 from flask import Flask, jsonify, request
 from werkzeug.serving import make_server
 
+from appmaster.events import MasterPaused
 from appmaster.state import KillContainerRequest, UnknownContainer
 
 log = logging.getLogger("appmaster.admin")
@@ -28,9 +29,13 @@ def create_app(master: Any) -> Flask:
         with master.lock:
             return fn()
 
+    @app.errorhandler(MasterPaused)
+    def paused(exc: MasterPaused):  # noqa: ANN202
+        return jsonify({"error": str(exc)}), 503
+
     @app.get("/ws/v2/stram/info")
     def info():  # noqa: ANN202
-        return jsonify(locked(master.state.info))
+        return jsonify(master.info())
 
     @app.get("/ws/v2/stram/operators")
     def operators():  # noqa: ANN202
@@ -44,7 +49,7 @@ def create_app(master: Any) -> Flask:
     def snapshot():  # noqa: ANN202
         """info, operators and containers as of one moment (one hold of the lock)."""
         def read() -> dict[str, Any]:
-            return {"info": master.state.info(), "operators": master.state.operator_rows(),
+            return {"info": master.info(), "operators": master.state.operator_rows(),
                     "containers": master.state.container_rows()}
         return jsonify(locked(read))
 
@@ -84,7 +89,7 @@ def create_app(master: Any) -> Flask:
 
     @app.get("/")
     def index():  # noqa: ANN202
-        s = locked(master.state.info)
+        s = master.info()
         rows = "".join(f"<tr><td>{r['label']}</td><td>{r['state']}</td><td>{r['container']}</td>"
                        f"<td>{r['tuples_per_sec']}</td></tr>" for r in locked(master.state.operator_rows))
         return (f"<html><head><title>stram {s['name']}</title></head><body><h1>{s['name']} ({s['id']})</h1>"

@@ -249,6 +249,10 @@ ATTRIBUTES: dict[str, Attribute] = _table(
               "error (false: the application fails, naming it).", _DAG_OP),
     _int("BUFFER_MEMORY_MB", 64,
          "Buffer-server memory per publisher before windows spill to disk.", _DAG),
+    _int("DISK_FULL_TIMEOUT_SECS", 300,
+         "Seconds a write that fails for want of space (ENOSPC, EDQUOT, an HDFS quota: the journal, "
+         "status, checkpoints, the built-in outputs) is retried while the application pauses and says "
+         "why; then the application fails with that diagnostic.", _DAG, minimum=1),
     Attribute("BUFFER_SPOOLING", Kind.BOOL, True,
               "Spill buffer-server windows to local disk beyond BUFFER_MEMORY_MB "
               "(false: block the publisher).", _DAG),

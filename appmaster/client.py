@@ -18,6 +18,7 @@ from typing import Any
 from appmaster.adminhttp import request_json
 from appmaster.apps import TERMINAL, find_app
 from appmaster.errors import ClusterUnreachable, StramError
+from appmaster.follow import pause_note
 
 __all__ = ["admin", "app_info", "failure_note", "LocalRun"]
 
@@ -104,7 +105,7 @@ class LocalRun:
         rate = " ".join(f"{k}={v:,.0f}/s" for k, v in busiest)
         return (f"[{elapsed:6.1f}s] {info['state']} operators={info['operators']} "
                 f"containers={info['containers']} committed={info['committed_window_hex']} {rate}"
-                + failure_note(info))
+                + pause_note(info) + failure_note(info))
 
     def can_shut_down(self) -> bool:
         return True

@@ -13,8 +13,9 @@ from typing import Any
 import proto
 
 __all__ = ["MasterEvent", "Start", "AdoptContainers", "ContainerStarted", "InitContextRequest", "Heartbeat", "ErrorReport",
-           "ContainerExited", "Tick", "KillContainerRequest", "KillApp", "ShutdownRequest",
-           "ContainersStopped", "ScaleRequest", "ScaleStatesWritten", "Note", "UnknownEvent", "UnknownContainer"]
+           "ContainerExited", "Tick", "KillContainerRequest", "KillApp", "ShutdownRequest", "DiskFull", "Resumed",
+           "ContainersStopped", "ScaleRequest", "ScaleStatesWritten", "Note", "UnknownEvent", "UnknownContainer",
+           "MasterPaused"]
 
 
 @dataclass(frozen=True)
@@ -155,8 +156,30 @@ class Note(MasterEvent):
     text: str
 
 
+@dataclass(frozen=True)
+class DiskFull(MasterEvent):
+    """A write the application needs waited for space longer than DISK_FULL_TIMEOUT_SECS: it fails."""
+
+    now: int
+    diagnostics: str
+
+
+@dataclass(frozen=True)
+class Resumed(MasterEvent):
+    """The master's own writes waited for space (heartbeats were refused meanwhile) and go on:
+    the clocks of heartbeat timeouts and blocked operators start again, as after a restore."""
+
+    now: int
+    text: str
+
+
 class UnknownEvent(TypeError):
     """An event :meth:`MasterState.handle` has no handler for (it is never silently dropped)."""
+
+
+class MasterPaused(Exception):
+    """The master refuses events while its own writes wait for space; the message starts with
+    ``paused:`` and says what waits (an agent retries; the gRPC status is UNAVAILABLE)."""
 
 
 class UnknownContainer(Exception):

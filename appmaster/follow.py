@@ -14,11 +14,20 @@ import signal
 import sys
 import threading
 import time
-from typing import Protocol
+from typing import Any, Protocol
 
 from appmaster.errors import StramError
 
-__all__ = ["Run", "follow"]
+__all__ = ["Run", "follow", "pause_note"]
+
+
+def pause_note(info: dict[str, Any]) -> str:
+    """What waits for space, for a progress line: ``" | paused: no space left on device writing …"``."""
+    paused = info.get("paused") or {}
+    if not paused:
+        return ""
+    who, what = next(iter(paused.items()))
+    return f" | {what}" + ("" if who == "master" else f" (in {who})")
 
 
 class Run(Protocol):

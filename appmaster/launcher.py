@@ -87,7 +87,9 @@ class LocalLauncher(Launcher):
         env["STRAM_HOST"] = "127.0.0.1"
         env["STRAM_WORK_DIR"] = os.path.join(os.path.dirname(self.log_dir), "work", request.container_id)
         env.setdefault("PYTHONPATH", self.cwd)
-        out = open(os.path.join(self.log_dir, f"{request.container_id}.log"), "ab")
+        # the agent logs to <container>.log itself (rotating); <container>.out catches a crash's traceback
+        env["STRAM_LOG_DIR"] = self.log_dir
+        out = open(os.path.join(self.log_dir, f"{request.container_id}.out"), "ab")
         proc = subprocess.Popen([sys.executable, "-m", "container"], env=env, cwd=self.cwd,
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         out.close()

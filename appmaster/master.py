@@ -23,6 +23,7 @@ import time
 from typing import Any, Callable, Mapping
 
 from appmaster import scaling
+from appmaster.events import DiskFull, MasterPaused, Resumed
 from appmaster.journal import read_journal, write_journal
 from appmaster.launcher import ContainerRequest, Launcher
 from appmaster.server import UmbilicalServicer, create_server
@@ -31,9 +32,15 @@ from appmaster.state import (AdoptContainer, AdoptContainers, ContainerExited, C
                              KillContainer, LaunchContainer, MasterEvent, MasterState, Note, Reply,
                              ScaleRequest, ShutdownRequest, SplitCheckpoints, Start, Tick,
                              UnknownInstruction)
-from container import apppath, fs
+from container import apppath, fs, space
+from container.logsetup import rate_limit
 
 log = logging.getLogger("appmaster")
+#: Complaints that repeat every second on a full disk: rate-limited.
+files_log = logging.getLogger("appmaster.files")
+journal_log = logging.getLogger("appmaster.journal")
+rate_limit(files_log, burst=3, interval=30.0)
+rate_limit(journal_log, burst=3, interval=30.0)
 
 
 def _now() -> int:
@@ -58,11 +65,14 @@ class Dispatcher:
 
     def __init__(self, state: MasterState, lock: threading.RLock,
                  actions: Mapping[type[Instruction], Callable[[Any], None]],
-                 journal: Callable[[], None] = lambda: None) -> None:
+                 journal: Callable[[], None] = lambda: None,
+                 refusing: Callable[[], str] = lambda: "") -> None:
         self.state = state
         self.lock = lock
         self.actions = dict(actions)
         self.journal = journal
+        #: Why events are refused now ("" when they are not): the master's writes wait for space.
+        self.refusing = refusing
 
     def dispatch(self, event: MasterEvent) -> Any:
         """Handle ``event``; the value of its :class:`Reply` (None without one).
@@ -75,12 +85,17 @@ class Dispatcher:
 
         Raises
         ------
+        MasterPaused
+            The journal waits for space (in another thread); nothing changed.
         UnknownInstruction
             An instruction without an action (nothing was carried out).
         UnknownEvent, UnknownContainer, ScaleRefused, ...
             What the state raised for the event (nothing was carried out).
         """
         with self.lock:
+            why = self.refusing()
+            if why:
+                raise MasterPaused(why)
             instructions: list[Instruction] = []
             queue: collections.deque[MasterEvent] = collections.deque([event])
             while queue:
@@ -130,10 +145,18 @@ class AppMaster:
         else:
             self.state = MasterState(spec, app_id, app_path, token, now, now)
         self._journal_key: tuple | None = None
+        #: The master's own writes that wait for space (the journal), and its time limit.
+        self.pauses = space.Pauses(float(spec.attribute("DISK_FULL_TIMEOUT_SECS")))
+        #: The thread whose journal write waits for space (events from others are refused).
+        self._pause_thread: int | None = None
+        self._pause_wait = threading.Condition(self.lock)  # waits with the master's lock released
+        self._last_pause_status = 0.0
+        self._pending_exits: list[tuple[str, int | None]] = []
         self.dispatcher = Dispatcher(self.state, self.lock, {
             LaunchContainer: self._launch_container, AdoptContainer: self._adopt_container,
             KillContainer: self._kill_container, DeleteCheckpoints: self._delete_checkpoints,
-            SplitCheckpoints: self._split_checkpoints, Finish: self._finish}, journal=self.journal)
+            SplitCheckpoints: self._split_checkpoints, Finish: self._finish}, journal=self.journal,
+            refusing=self._refusing)
         #: The one way into the state (:meth:`Dispatcher.dispatch`).
         self.dispatch = self.dispatcher.dispatch
         self.finished = threading.Event()
@@ -162,16 +185,77 @@ class AppMaster:
         key = self.state.journal_key()
         if key == self._journal_key:
             return
-        write_journal(self.app_path, self.state.snapshot())  # atomic: a temporary file, then a move
-        self._journal_key = key
+        what = f"writing the journal under {self.app_path}"
+        began: float | None = None
+        delay = 0.05
+        while True:
+            try:
+                write_journal(self.app_path, self.state.snapshot())  # atomic: a temporary file, then a move
+                self._journal_key = key
+                break
+            except OSError as exc:
+                if not space.is_no_space(exc):
+                    raise
+                if self.state.state != "RUNNING":  # ending: nothing resumes from it, the status says it
+                    journal_log.warning("the application is %s; its journal could not be written: %s",
+                                        self.state.state, exc)
+                    break
+                if began is None:
+                    began = time.monotonic()
+                    self.pauses.begin(what, exc)
+                    self._pause_thread = threading.get_ident()
+                self._while_paused(what)
+                if self.state.state != "RUNNING":  # killed, or failed for want of space: stop waiting
+                    break
+                self._pause_wait.wait(delay)  # the lock is released: the admin API still answers
+                delay = min(delay * 2, space.MAX_DELAY)
+                key = self.state.journal_key()
+        if began is not None:
+            self._pause_thread = None
+            resumed = self.state.state == "RUNNING"
+            self.pauses.end(what, resumed=resumed)
+            if resumed:
+                self.dispatch(Resumed(_now(), f"resumed after {time.monotonic() - began:.0f} s: space came "
+                                              f"back {what}"))
+            self.write_status(final=False)
+
+    def _refusing(self) -> str:
+        """Why events from this thread are refused now: another thread's journal waits for space."""
+        owner = self._pause_thread
+        if owner is None or owner == threading.get_ident() or self.state.state != "RUNNING":
+            return ""  # an application that ends no longer waits for its journal
+        return self.pauses.describe() or "paused: no space left on device"
+
+    def _while_paused(self, what: str) -> None:
+        """Between two tries of the journal (lock held): say why, end the wait when it is over.
+
+        The status says the application is paused (at most once a second); a kill request
+        kills it; past DISK_FULL_TIMEOUT_SECS it fails with the diagnostic. Either way the
+        state leaves RUNNING and the journal stops waiting.
+        """
+        self.pauses.still(what)
+        overdue = self.pauses.overdue()
+        if overdue:
+            log.error("the application fails: %s", overdue)
+            self.dispatch(DiskFull(_now(), overdue))
+        elif self._stop_requested:
+            self.dispatch(KillApp(_now()))
+        elif time.monotonic() - self._last_pause_status >= 1.0:
+            self._last_pause_status = time.monotonic()
+            self.write_status(final=False)
 
     def _launch_container(self, ins: LaunchContainer) -> None:
         env = {"STRAM_CONTAINER_ID": ins.container_id, "STRAM_APP_PATH": self.app_path,
                "STRAM_TOKEN": self.token, "STRAM_APP_ID": self.app_id}
         started = self.launcher.launch(ContainerRequest(ins.container_id, ins.memory_mb, ins.vcores,
                                                         ins.hosts, env))
-        if started is not None:  # journaled: a later attempt takes over this process, and no other
-            self.dispatch(ContainerStarted(ins.container_id, started[0], started[1], _now()))
+        while started is not None:  # journaled: a later attempt takes over this process, and no other
+            try:
+                self.dispatch(ContainerStarted(ins.container_id, started[0], started[1], _now()))
+                return
+            except MasterPaused:
+                if self.finished.wait(0.2):
+                    return
 
     def _adopt_container(self, ins: AdoptContainer) -> None:
         self.launcher.adopt(ins.container_id, ins.pid, ins.started)  # type: ignore[attr-defined]
@@ -347,17 +431,22 @@ class AppMaster:
                 last_files = time.monotonic()
                 try:
                     self.keep_address_files()
-                except OSError:
-                    log.exception("could not rewrite the master's address files")
-            for cid, code in self.launcher.poll():
-                self.dispatch(ContainerExited(cid, code, _now()))
-            self.dispatch(Tick(_now()))
+                except OSError as exc:  # a full disk: rate-limited, and the files are still there
+                    files_log.warning("could not rewrite the master's address files: %s", exc)
             try:
+                self._pending_exits += self.launcher.poll()
+                while self._pending_exits:
+                    cid, code = self._pending_exits[0]
+                    self.dispatch(ContainerExited(cid, code, _now()))
+                    self._pending_exits.pop(0)
+                self.dispatch(Tick(_now()))
                 self.poll_stats_listener()
-            except Exception:  # noqa: BLE001 - the hook must never stop the master
-                log.exception("stats listener hook failed")
-            if self._stop_requested:
-                self.dispatch(KillApp(_now()))
+                if self._stop_requested:
+                    self.dispatch(KillApp(_now()))
+            except MasterPaused:
+                pass  # another thread waits for space and says so; its wait ends in a state
+            except Exception:  # noqa: BLE001 - a hook or an action must never stop the master
+                log.exception("the master's loop failed; going on")
             if time.monotonic() - last_status > 1.0:
                 self.write_status(final=False)
                 with self.lock:
@@ -385,8 +474,14 @@ class AppMaster:
         """
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
-            for cid, code in self.launcher.poll():
-                self.dispatch(ContainerExited(cid, code, _now()))
+            self._pending_exits += self.launcher.poll()
+            while self._pending_exits:
+                cid, code = self._pending_exits[0]
+                try:
+                    self.dispatch(ContainerExited(cid, code, _now()))
+                except MasterPaused:
+                    break  # the journal's wait is ending (the state left RUNNING): next round
+                self._pending_exits.pop(0)
             with self.lock:
                 if not self.state.containers_to_stop() and not self.launcher.running():
                     break
@@ -419,19 +514,33 @@ class AppMaster:
         finishing (outputs making their last windows final) is written RUNNING:
         a reader who sees SUCCEEDED must find the whole output.
         """
-        with self.lock:
-            info = self.state.info()
+        info = self.info()
         status = {k: info[k] for k in ("id", "name", "state", "diagnostics", "committed_window",
                                        "started_millis", "finished_millis", "containers", "operators",
-                                       "failures")}
+                                       "failures", "paused")}
         if not final and status["state"] != "RUNNING":
             status["state"], status["diagnostics"] = "RUNNING", f"finishing: {status['diagnostics']}"
         status["admin_url"] = self.admin_url
         status["pid"] = os.getpid()
-        try:
-            fs.write_atomic(apppath.file(self.app_path, apppath.STATUS), json.dumps(status).encode())
-        except OSError:
-            log.exception("could not write status.json")
+        try:  # on a full disk: rewritten in place; else kept in memory (the admin API) and tried again
+            fs.write_status_file(apppath.file(self.app_path, apppath.STATUS), json.dumps(status).encode())
+        except OSError as exc:
+            files_log.warning("could not write status.json: %s", exc)
+
+    def info(self) -> dict[str, Any]:
+        """The state's info, with what waits for space: ``paused`` (who -> what) and, while the
+        application runs, ``diagnostics`` ``paused: no space left on device writing …``."""
+        with self.lock:
+            info = self.state.info()
+        paused = dict(info.get("paused") or {})
+        mine = self.pauses.describe()
+        if mine:
+            paused = {"master": mine, **paused}
+        info["paused"] = paused
+        if paused and info["state"] == "RUNNING":
+            who, what = next(iter(paused.items()))
+            info["diagnostics"] = what if who == "master" else f"{what} (in {who})"
+        return info
 
 
 #: Seconds between two checks that ``heartbeatUri`` and ``admin.json`` are present and current.

@@ -18,12 +18,13 @@ import collections
 from typing import Any
 
 import proto
-from appmaster.events import (AdoptContainers, ContainerExited, ContainerStarted, ErrorReport,
-                              KillContainerRequest, Tick, UnknownContainer)
+from appmaster.events import (AdoptContainers, ContainerExited, ContainerStarted, DiskFull, ErrorReport,
+                              KillContainerRequest, Resumed, Tick, UnknownContainer)
 from appmaster.instructions import AdoptContainer, Instruction, KillContainer
 from appmaster.plan import ContainerState, OperatorState, PTContainer, PTOperator, affected_operators
-from appmaster.reports import last_line, window_hex
+from appmaster.reports import ALIVE, last_line, window_hex
 from appmaster.rules import restart_backoff_millis
+from container.space import no_space_text
 
 __all__ = ["Recovery"]
 
@@ -49,6 +50,8 @@ class Recovery:
     plan: Any
     state: str
     failures: dict[str, dict[str, Any]]
+    #: container id -> what its writes wait for (no space left), from its heartbeats
+    paused: dict[str, str]
 
     def _operator_failed(self, container: PTContainer, op: PTOperator, ohb: proto.OperatorHeartbeat,
                          now: int) -> list[Instruction]:
@@ -65,6 +68,8 @@ class Recovery:
             return self._maybe_finish()
         again = (window, error) in record["seen"]
         record["seen"].append((window, error))
+        if no_space_text(op.last_error or ""):  # a full disk is transient: space may come back
+            return self._no_space_failure(container, op, record, error, now)
         if again and not op.attributes.get("RETRY_DETERMINISTIC_FAILURES",
                                            self.attr("RETRY_DETERMINISTIC_FAILURES")):
             self._finish("FAILED", failure_diagnostics(
@@ -73,6 +78,56 @@ class Recovery:
             return self._maybe_finish()
         return self._recover([container.id], now, f"operator {op.label} failed: {error}", kill=True,
                              failed=op.id)
+
+    def _no_space_failure(self, container: PTContainer, op: PTOperator, record: dict[str, Any], error: str,
+                          now: int) -> list[Instruction]:
+        """An operator failed for want of space (its own write, not one of stram's, which wait in
+        place): never a deterministic failure; restarted until DISK_FULL_TIMEOUT_SECS of such
+        failures in a row, then the application fails."""
+        limit = int(self.attr("DISK_FULL_TIMEOUT_SECS")) * 1000
+        if now - record.get("no_space_last", 0) > limit:
+            record["no_space_since"] = now  # a new spell (the last one ended long ago)
+        record["no_space_last"] = now
+        if now - record["no_space_since"] >= limit:
+            self._finish("FAILED", failure_diagnostics(
+                op, f"failed for want of space for {(now - record['no_space_since']) // 1000} s "
+                    f"(DISK_FULL_TIMEOUT_SECS={limit // 1000})"), now)
+            return self._maybe_finish()
+        return self._recover([container.id], now, f"operator {op.label} failed: {error} (waiting for space)",
+                             kill=True, failed=op.id)
+
+    def _handle_disk_full(self, ev: DiskFull) -> list[Instruction]:
+        """The master's own write waited for space too long: the application fails, saying what."""
+        self._finish("FAILED", ev.diagnostics, ev.now)
+        return [KillContainer(c.id, "application failed: no space left on device") for c in
+                self.plan.containers.values() if c.state in ALIVE] + self._maybe_finish(force=True)
+
+    def _handle_resumed(self, ev: Resumed) -> list[Instruction]:
+        """The master's writes waited for space and go on: heartbeats were refused meanwhile, so the
+        clocks of heartbeat, start and window timeouts start again (as after a restore)."""
+        for container in self.plan.containers.values():
+            if container.state == ContainerState.RUNNING:
+                container.last_heartbeat_millis = ev.now
+            elif container.state == ContainerState.PENDING and container.launch_at:
+                container.launch_at = ev.now
+        self._hold_window_clocks(ev.now)
+        self._note(ev.now, "resumed", ev.text)
+        return []
+
+    def _container_paused(self, container: PTContainer, paused: str, now: int) -> None:
+        """A heartbeat said whether the container's writes wait for space."""
+        if paused and self.paused.get(container.id) != paused.split(";")[0]:
+            self._note(now, "paused", f"{container.id} {paused}")
+        if paused:
+            self.paused[container.id] = paused.split(";")[0]  # what waits, without the clock
+        else:
+            self.paused.pop(container.id, None)
+
+    def _hold_window_clocks(self, now: int) -> None:
+        """While writes wait for space, windows stop everywhere (backpressure): no operator is blocked."""
+        for op in self.plan.operators.values():
+            if op.state == OperatorState.ACTIVE and op.window_advanced_millis:
+                op.window_advanced_millis = now
 
     def _handle_adopt_containers(self, ev: AdoptContainers) -> list[Instruction]:
         """A new attempt: take over the containers the previous master started.
@@ -119,6 +174,11 @@ class Recovery:
         now = ev.now
         if self.state != "RUNNING":
             return self._maybe_finish()
+        for cid in [c for c in self.paused if self.plan.containers.get(c) is None
+                    or self.plan.containers[c].state not in ALIVE]:
+            del self.paused[cid]
+        if self.paused:
+            self._hold_window_clocks(now)
         instructions: list[Instruction] = []
         for container in self.plan.containers.values():
             if container.state == ContainerState.WAITING and now >= container.launch_at:

@@ -121,6 +121,7 @@ class StateReports:
             "recovery_checkpoints": {op.label: op.recovery_checkpoint for op in ops.values()},
             "restarts": {op.label: op.restarts for op in ops.values() if op.restarts},
             "blocked": sorted(ops[o].label for o in self.blocked if o in ops),
+            "paused": dict(getattr(self, "paused", {})),
             "shutdown_operators": {window_hex(w): [ops[o].label if o in ops else o for o in ids]
                                    for w, ids in sorted(self.shutdown_operators.items())},
             "removed": list(self.removed[-50:]),

@@ -18,10 +18,15 @@ from typing import Any, Callable
 import grpc
 
 import proto
+from appmaster.events import MasterPaused
 from appmaster.state import ErrorReport, Heartbeat, InitContextRequest, MasterEvent, UnknownContainer
+from container.logsetup import rate_limit
 
 log = logging.getLogger("appmaster.server")
 container_log = logging.getLogger("appmaster.containers")
+# a flood of refused or unknown calls must not fill the disk: repeats are counted, not written
+rate_limit(log, burst=5, interval=10.0)
+rate_limit(container_log, burst=50, interval=10.0)
 
 #: Largest request the master accepts (a heartbeat is a few KB).
 MAX_MESSAGE_BYTES = 4 << 20
@@ -56,10 +61,17 @@ class UmbilicalServicer(proto.StreamingContainerUmbilicalServicer):
             context.abort(grpc.StatusCode.UNAUTHENTICATED,
                           "wrong or missing application token (metadata 'stram-token')")
 
+    def _dispatch(self, event: MasterEvent, context: grpc.ServicerContext) -> Any:
+        """The master's answer to ``event``; UNAVAILABLE ``paused: …`` while its writes wait for space."""
+        try:
+            return self.dispatch(event)
+        except MasterPaused as exc:
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+
     def GetInitContext(self, request: proto.InitContextRequest, context: grpc.ServicerContext) -> Any:
         self._check(context)
         try:
-            return self.dispatch(InitContextRequest(request.container_id))
+            return self._dispatch(InitContextRequest(request.container_id), context)
         except UnknownContainer:
             log.warning("GetInitContext from unknown container %r (%s)", request.container_id, context.peer())
             context.abort(grpc.StatusCode.NOT_FOUND, f"unknown container {request.container_id!r}")
@@ -75,13 +87,13 @@ class UmbilicalServicer(proto.StreamingContainerUmbilicalServicer):
         self._check(context)
         container_log.error("[%s] error in operators %s: %s", request.container_id,
                             list(request.operators), request.msg[:20000])
-        self.dispatch(ErrorReport(request.container_id, tuple(request.operators), request.msg, _now()))
+        self._dispatch(ErrorReport(request.container_id, tuple(request.operators), request.msg, _now()), context)
         return proto.Empty()
 
     def ProcessHeartbeat(self, request: proto.ContainerHeartbeat, context: grpc.ServicerContext) -> Any:
         self._check(context)
         # the dispatcher journals before the response or any deletion acts on the new state
-        return self.dispatch(Heartbeat(request, _now(), context.peer()))
+        return self._dispatch(Heartbeat(request, _now(), context.peer()), context)
 
 
 def create_server(servicer: UmbilicalServicer, host: str = "0.0.0.0", port: int = 0,

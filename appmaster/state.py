@@ -28,10 +28,10 @@ from typing import Any, Callable
 import proto
 from appmaster import journal, scaling
 from appmaster.deploy import DAG_ATTRIBUTES, DeployMessages
-from appmaster.events import (AdoptContainers, ContainerExited, ContainerStarted, ContainersStopped, ErrorReport, Heartbeat,
-                              InitContextRequest, KillApp, KillContainerRequest, MasterEvent, Note,
-                              ScaleRequest, ScaleStatesWritten, ShutdownRequest, Start, Tick, UnknownContainer,
-                              UnknownEvent)
+from appmaster.events import (AdoptContainers, ContainerExited, ContainerStarted, ContainersStopped, DiskFull,
+                              ErrorReport, Heartbeat, InitContextRequest, KillApp, KillContainerRequest,
+                              MasterEvent, Note, Resumed, ScaleRequest, ScaleStatesWritten, ShutdownRequest,
+                              Start, Tick, UnknownContainer, UnknownEvent)
 from appmaster.instructions import (AdoptContainer, DeleteCheckpoints, Finish, Instruction, KillContainer,
                                     LaunchContainer, Reply, SplitCheckpoints, UnknownInstruction)
 from appmaster.plan import (ContainerState, OperatorState, PhysicalPlan, PTContainer, PTOperator,
@@ -112,6 +112,7 @@ class MasterState(DeployMessages, Recovery, StateReports):
         self.blocked: set[int] = set()
         #: label -> the operator's last failure (error line, window, count), for info and progress
         self.failures: dict[str, dict[str, Any]] = {}
+        self.paused: dict[str, str] = {}
         self.shutdown_requested = False
         self.heartbeats = 0
         #: Master attempt (a restarted master resumes from the journal with attempt + 1).
@@ -282,6 +283,7 @@ class MasterState(DeployMessages, Recovery, StateReports):
             container.buffer_server = (hb.buffer_server_host, hb.buffer_server_port)
             container.host = hb.buffer_server_host
         container.memory_used_mb = hb.memory_mb_used
+        self._container_paused(container, hb.paused, now)
         container.publishers = {p.publisher: {"memory_bytes": p.memory_bytes, "spilled_bytes": p.spilled_bytes,
                                               "windows": p.windows, "first_window": p.first_window,
                                               "last_window": p.last_window}
@@ -575,5 +577,7 @@ _HANDLERS: dict[type[MasterEvent], Callable[[MasterState, Any], list[Instruction
     ScaleRequest: MasterState._handle_scale_request,
     ScaleStatesWritten: MasterState._handle_scale_states_written,
     Note: MasterState._handle_note,
+    DiskFull: MasterState._handle_disk_full,
+    Resumed: MasterState._handle_resumed,
 }
 

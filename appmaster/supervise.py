@@ -125,8 +125,8 @@ class Supervisor:
                 return self.give_up("FAILED", f"the application master exited without a final state in "
                                               f"each of {self.attempt} attempts (last: {how}; "
                                               f"MASTER_ATTEMPTS={self.max_attempts})")
-            print(f"\nthe application master exited ({how}) without a final state; starting attempt "
-                  f"{self.attempt + 1} of {self.max_attempts}", file=sys.stderr, flush=True)
+            _say(f"\nthe application master exited ({how}) without a final state; starting attempt "
+                 f"{self.attempt + 1} of {self.max_attempts}")
 
     def give_up(self, state: str, diagnostics: str) -> str:
         """No master is left: stop the application's containers, write the final status."""
@@ -137,9 +137,20 @@ class Supervisor:
         status.update(id=self.app_id, state=state, diagnostics=diagnostics,
                       finished_millis=int(time.time() * 1000))
         status.setdefault("name", "")
-        fs.write_atomic(os.path.join(self.app_dir, apppath.STATUS), json.dumps(status).encode())
-        print(f"{self.app_id} {state}: {diagnostics}", file=sys.stderr, flush=True)
+        try:  # on a full disk: in place
+            fs.write_status_file(os.path.join(self.app_dir, apppath.STATUS), json.dumps(status).encode())
+        except OSError as exc:
+            _say(f"could not write status.json: {exc}")
+        _say(f"{self.app_id} {state}: {diagnostics}")
         return state
+
+
+def _say(text: str) -> None:
+    """A line on stderr (``supervisor.log`` when detached); a full disk loses the line, not the supervisor."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
 def stop_containers(app_id: str, grace: float = 5.0) -> int:

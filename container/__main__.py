@@ -7,12 +7,16 @@ import os
 import signal
 import sys
 
+from container import logsetup
 from container.agent import Agent, MasterGone
 
 
 def main() -> int:
-    logging.basicConfig(level=os.environ.get("STRAM_LOG_LEVEL", "INFO"),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # its own rotating file in the log dir (STRAM_LOG_DIR); stdout/stderr keep only a crash's traceback
+    log_dir = os.environ.get("STRAM_LOG_DIR")
+    name = os.environ.get("STRAM_CONTAINER_ID", "container")
+    logsetup.configure(os.path.join(log_dir, f"{name}.log") if log_dir else None,
+                       os.environ.get("STRAM_LOG_LEVEL", "INFO"))
     try:
         container_id = os.environ["STRAM_CONTAINER_ID"]
         app_path = os.environ["STRAM_APP_PATH"]

@@ -25,17 +25,19 @@ import psutil
 import proto
 from appmaster.attributes import default as attribute_default
 from container import apppath
-from container import fs
+from container import fs, space
 from container.bufferserver.client import Subscriber
 from container.bufferserver.protocol import MessageType
 from container.bufferserver.server import BufferServer
 from container.codec import get_codec
+from container.logsetup import rate_limit
 from container.windows import initial_window
 from container.engine import (BEGIN_WINDOW, CHECKPOINT, DATA, END_STREAM, END_WINDOW,
                               DirectSink, Node, NodeState, PublisherSink, QueueSink, load_class)
 from container.operator import InputConnection, OperatorContext
 
 log = logging.getLogger("container.agent")
+rate_limit(log, burst=5, interval=10.0)  # reconnect warnings and the like: repeats are counted
 
 _LOCALITY = {proto.THREAD_LOCAL: "THREAD_LOCAL", proto.CONTAINER_LOCAL: "CONTAINER_LOCAL"}
 _KIND = {v: k for k, v in proto.OperatorDeployInfo.OperatorType.items()}
@@ -142,6 +144,7 @@ class Agent:
                                              proto.InitContextRequest(container_id=self.container_id))
         ctx = self.context
         self.interval = ctx.heartbeat_interval_millis / 1000
+        space.PAUSES.timeout = float(self.dag_attribute("DISK_FULL_TIMEOUT_SECS"))
         os.makedirs(self.work_dir, exist_ok=True)
         if ctx.deploy_buffer_server:
             spool = os.path.join(self.work_dir, "spool") if self.dag_attribute("BUFFER_SPOOLING") else None
@@ -184,6 +187,13 @@ class Agent:
                 code = exc.code()
                 if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.INVALID_ARGUMENT):
                     raise MasterGone(f"master refused {method}: {exc.details()}") from None
+                if code == grpc.StatusCode.UNAVAILABLE and (exc.details() or "").startswith("paused:"):
+                    # the master is alive and waits for space (its own time limit ends the wait)
+                    deadline = time.monotonic() + max(timeout_ms / 1000, 10.0) * 2
+                    self.umbilical.complain(f"the master is {exc.details()}")
+                    time.sleep(min(delay, 1.0))
+                    delay = min(delay * 2, 2.0)
+                    continue
                 if time.monotonic() > deadline:
                     raise MasterGone(f"master unreachable for {method}: {exc.details()}") from None
                 self.umbilical.complain(f"{method} to {self.umbilical.address or '?'} failed: "
@@ -241,7 +251,7 @@ class Agent:
             memory_mb_free=mem.available // (1 << 20),
             memory_mb_used=self._process.memory_info().rss // (1 << 20),
             gc_collection_count=sum(s["collections"] for s in gc.get_stats()),
-            container_stats=stats, sent_millis=now)
+            container_stats=stats, sent_millis=now, paused=space.PAUSES.describe())
 
     def _operator_heartbeat(self, node: Node, now: int) -> proto.OperatorHeartbeat:
         hb = proto.OperatorHeartbeat(node_id=node.id, generated_tms=now,

@@ -29,7 +29,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from container import fs
+from container import fs, space
 from container.codec import get_codec
 from container.refs import load_reference
 from container.windows import is_checkpoint_window, window_millis
@@ -432,7 +432,10 @@ class Node:
             raise TypeError(f"cannot checkpoint {type(self.operator).__name__}: attribute(s) "
                             f"{', '.join(bad) or '?'} cannot be pickled ({exc}); list them in the "
                             f"class's `transient` tuple or make them picklable") from exc
-        fs.write_atomic(fs.join(self.checkpoint_dir, str(self.id), str(window_id)), data)
+        uri = fs.join(self.checkpoint_dir, str(self.id), str(window_id))
+        # a full disk pauses the operator until space returns (or DiskFull after the time limit)
+        space.retry(f"writing checkpoint {window_id:x} of operator {self.id} ({self.name}) under "
+                    f"{self.checkpoint_dir}", fs.write_atomic, uri, data, stop=lambda: self._stop)
         self.last_checkpoint = window_id
         self.saved_checkpoints.append(window_id)
         self.operator.checkpointed(window_id)

@@ -27,8 +27,8 @@ import pyarrow.fs as pafs
 log = logging.getLogger("container.fs")
 T = TypeVar("T")
 
-__all__ = ["HdfsUnavailable", "hdfs_retry", "resolve", "join", "write_atomic", "read_bytes", "exists", "delete",
-           "list_dir", "makedirs", "move", "open_output", "open_input"]
+__all__ = ["HdfsUnavailable", "hdfs_retry", "resolve", "join", "write_atomic", "write_status_file", "read_bytes",
+           "exists", "delete", "list_dir", "makedirs", "move", "open_output", "open_input"]
 
 
 def _split(uri: str) -> tuple[str, str]:
@@ -192,9 +192,53 @@ def write_atomic(uri: str, data: bytes) -> None:
     parent = path.rsplit("/", 1)[0] or "/"
     fs.create_dir(parent, recursive=True)
     tmp = f"{parent}/._tmp-{uuid.uuid4().hex}"
-    with fs.open_output_stream(tmp) as out:
-        out.write(data)
-    fs.move(tmp, path)
+    try:
+        with fs.open_output_stream(tmp) as out:
+            out.write(data)
+        fs.move(tmp, path)
+    except BaseException:
+        try:  # a failed write (a full disk) leaves no temporary file behind
+            fs.delete_file(tmp)
+        except OSError:
+            pass
+        raise
+
+
+#: A status document is padded with trailing spaces (still the same JSON) to at least this many
+#: bytes, so that rewriting it in place on a full disk reuses blocks it already holds.
+STATUS_RESERVE = 16384
+
+
+def write_status_file(uri: str, data: bytes) -> None:
+    """Write a small local JSON status document, even on a full disk.
+
+    Atomically (:func:`write_atomic`) when it can; when that fails for want of
+    space and the file exists locally, it is rewritten in place: the document is
+    padded to :data:`STATUS_RESERVE` bytes every time, so the blocks the file holds
+    are reused and no new space is needed (a reader may see a torn document for an
+    instant and must treat unreadable JSON as "not known yet").
+
+    Raises
+    ------
+    OSError
+        Neither way worked.
+    """
+    data += b" " * max(0, STATUS_RESERVE - len(data))
+    try:
+        write_atomic(uri, data)
+        return
+    except OSError as exc:
+        from container.space import is_no_space
+        key, path = _split(uri)
+        if not is_no_space(exc) or key != "file://" or not os.path.isfile(path):
+            raise
+        first = exc
+    try:
+        with open(path, "r+b") as f:
+            f.write(data)
+            f.truncate()
+    except OSError as exc:
+        raise OSError(first.errno, f"{first} (and in place: {exc})") from exc
 
 
 @hdfs_retry

@@ -199,6 +199,36 @@ def scale(args: argparse.Namespace) -> int:
     return 0
 
 
+def logs(args: argparse.Namespace) -> int:
+    from appmaster import logs as applogs
+    if args.tail is not None and args.tail < 0:
+        raise UserError(f"--tail takes a count of lines >= 0, got {args.tail}")
+    app = find_app(args.app)
+    if app.get("yarn"):
+        if args.follow:
+            raise UserError("--follow is for local applications; a YARN application's running "
+                            "containers' logs are on the NodeManager's pages behind the tracking URL")
+        files = applogs.yarn_logs(app["id"], args.container, args.all or args.list)
+    else:
+        files = applogs.pick(applogs.local_logs(app["app_path"]), args.container, args.all or args.list)
+    if args.list:
+        print(_table([{"log": f.name, "where": f.where, "bytes": f.size} for f in files],
+                     ["log", "where", "bytes"]))
+        return 0
+    sys.stdout.write(applogs.render(files, args.tail))
+    sys.stdout.flush()
+    if args.follow:
+        paths = [os.path.join(f.where, f.name) for f in files if not f.name[-1].isdigit()]
+        try:
+            for chunk in applogs.follow_files(paths, running=lambda: find_app(app["id"]).get("state")
+                                              not in TERMINAL):
+                sys.stdout.write(chunk)
+                sys.stdout.flush()
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
 # ---------------------------------------------------------------- parser
 
 def build_parser() -> argparse.ArgumentParser:
@@ -259,6 +289,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("operator", metavar="OPERATOR")
     p.add_argument("count", metavar="N", type=int)
     p.set_defaults(func=scale)
+
+    p = sub.add_parser("logs", help="print the master's or a container's log",
+                       description="Print an application's logs: the master's (every attempt's), or "
+                                   "CONTAINER's. Local applications keep them under their app dir's "
+                                   "logs/; YARN applications in the YARN container log directories "
+                                   "(read with Hadoop's `yarn logs`).")
+    p.add_argument("app", metavar="APP")
+    p.add_argument("container", metavar="CONTAINER", nargs="?",
+                   help="a container id (see `stram list-containers`); default: the master")
+    p.add_argument("-n", "--tail", type=int, metavar="N", help="only the last N lines (of each log)")
+    p.add_argument("-f", "--follow", action="store_true",
+                   help="local applications: keep printing what is appended until the application ends")
+    p.add_argument("--all", action="store_true", help="every log of the application, each with a header")
+    p.add_argument("--list", action="store_true", help="list the application's logs and their sizes")
+    p.set_defaults(func=logs)
     return parser
 
 

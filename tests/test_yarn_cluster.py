@@ -70,3 +70,15 @@ def test_wordcount_on_yarn_and_hdfs(on_minicluster, tmp_path):
     containers = aggregated_containers(cluster, app_id, at_least=2)
     assert any(c.endswith("_000001") for c in containers), containers  # the application master
     assert len(containers) >= 2, containers
+
+    # ... and `stram logs` reads them from there: the master's, and a container's by its stram id
+    master_log = stram("logs", app_id)
+    assert master_log.returncode == 0, master_log.stderr
+    assert f"application {app_id} ended SUCCEEDED" in master_log.stdout
+    container_id = re.search(r"launched (container_\d+)|requested (container_\d+)", master_log.stdout)
+    assert container_id, master_log.stdout[:2000]
+    cid = container_id.group(1) or container_id.group(2)
+    container_log = stram("logs", app_id, cid, "--tail", "50")
+    assert container_log.returncode == 0, container_log.stderr
+    assert f"container {cid} started" in container_log.stdout
+    assert len(container_log.stdout.splitlines()) <= 50

@@ -164,5 +164,10 @@ def test_master_lost_second_attempt_resumes(on_minicluster, tmp_path):
     sums, maxima, _ = read_counts(cluster.get(f"{base}/out", tmp_path / "out"))
     assert maxima == dict(truth), "running totals differ from the input's counts"
     assert sums == truth, "EXACTLY_ONCE: per-window counts differ from the input's counts"
-    logs = cluster.run("yarn", "logs", "-applicationId", app_id, check=False)
-    assert "master attempt 2 resumed from the journal" in logs
+    # `stram logs` shows both attempts' master.log, the first one's first
+    logs = stram("logs", app_id)
+    assert logs.returncode == 0, logs.stderr
+    heads = re.findall(r"^==> (container_\d+_\d+_(\d+)_000001)/master\.log <==$", logs.stdout, re.M)
+    assert [attempt for _, attempt in heads] == ["01", "02"], logs.stdout[:2000]
+    second = logs.stdout.split(f"==> {heads[1][0]}/master.log <==")[1]
+    assert "master attempt 2 resumed from the journal" in second

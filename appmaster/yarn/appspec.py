@@ -157,6 +157,7 @@ def application_spec(spec: Any, spec_path: str | None = None, *, python_env: str
         ""])
     container_script = "\n".join([
         preamble,
+        'export STRAM_LOG_DIR="${STRAM_LOG_DIR:-${LOG_DIRS%%,*}}"',
         'python -m appmaster.yarn check-hdfs "$STRAM_APP_PATH"',
         "exec python -m container",
         ""])

@@ -18,7 +18,7 @@ from typing import Any
 
 from appmaster.adminhttp import request_json
 from appmaster.errors import AdminRequestError, ClusterUnreachable, StramError
-from appmaster.follow import follow as follow_run
+from appmaster.follow import follow as follow_run, pause_note
 from appmaster.yarn.appspec import STRAM_TAG, application_spec, local_path_warnings
 from appmaster.yarn.driver import check_resources, connect, translate
 
@@ -127,7 +127,7 @@ class YarnRun:
             with contextlib.suppress(StramError):
                 info = admin_request(self.app_id, self.client, "info", timeout=3.0)
                 line += (f" operators={info.get('operators')} containers={info.get('containers')}"
-                         f" committed={info.get('committed_window_hex')}")
+                         f" committed={info.get('committed_window_hex')}" + pause_note(info))
         return line
 
     def can_shut_down(self) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
-from container import fs
+from container import fs, space
 from container.operator import (FatalError, InputOperator, InputPort, Operator, OperatorContext,
                                 OutputPort, ShutdownException)
 
@@ -154,7 +154,9 @@ class JsonLinesOutput(Operator):
         data = ("\n".join(self._lines) + "\n").encode()
         self._lines = []
         if self._exactly_once:
-            fs.write_atomic(self._tmp(self._window), data)
+            # a full disk pauses the window until space returns (or DiskFull after the time limit)
+            space.retry(f"writing window {self._window:x} of {self._name} under {self._dir}",
+                        fs.write_atomic, self._tmp(self._window), data)
             self.pending.append(self._window)
         else:
             self._out.write(data)
@@ -176,8 +178,8 @@ class JsonLinesOutput(Operator):
                 # a window replayed after a restart: its final file already holds the whole
                 # window, so it stays as it is (never deleted, so a reader never misses it)
                 fs.delete(tmp)
-            else:
-                fs.move(tmp, final)
+            else:  # a rename needs no new blocks, but an HDFS quota on names may still refuse it
+                space.retry(f"finalizing window {w:x} of {self._name} under {self._dir}", fs.move, tmp, final)
         self.pending = keep
 
     @classmethod

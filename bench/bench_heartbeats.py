@@ -1,0 +1,449 @@
+"""The master under heartbeat load: C containers x K operators of simulated agents over real gRPC.
+
+    python bench/bench_heartbeats.py                      # 100x10, 500x10, 2000x10 for 60 s each
+    python bench/bench_heartbeats.py --containers 2000 --operators 10 --seconds 120
+    python bench/bench_heartbeats.py --profile            # also a cProfile of the master
+
+The master is the production one in its own process: the real gRPC server,
+dispatcher, state, journal (on the local file system) and admin API; only its
+launcher starts no processes: it writes each container it launches to a file
+that the harness's agent processes follow. Each agent process (``--procs``,
+default 2) runs one ``grpc.aio`` channel and a task per simulated container:
+GetInitContext, then a heartbeat every interval the master asks for, with
+per-window stats of its operators (input and output port counts, windows
+advancing in real time, a saved checkpoint every CHECKPOINT_WINDOW_COUNT
+windows), deploys and undeploys as the responses say. With ``--lose-every
+S`` an agent process lets one of its containers die every S seconds (the
+launcher reports its exit; the master redeploys its operators in a new one).
+
+Each configuration prints heartbeat RPC latency p50/p99/max (measured by the
+agents), heartbeats/s, the master's CPU (of its process, apart from the
+harness's) and peak RSS, time and bytes per journal write, time per
+committed-window update, heartbeat timeouts the master declared, the admin
+API's ``operators`` page time, and a last line of ``name=value`` figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import pathlib
+import random
+import secrets
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from typing import Any
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+#: Partitions per chain of the generated DAG (the spec allows at most 256 per operator).
+CHAIN_WIDTH = 250
+SIM = "sim"
+
+
+def spec_yaml(containers: int, operators: int, interval_ms: int, window_ms: int, checkpoint_count: int,
+              timeout_ms: int) -> str:
+    """``containers`` CONTAINER_LOCAL chains of ``operators`` operators: one chain partition per container."""
+    chains = max(1, math.ceil(containers / CHAIN_WIDTH))
+    widths = [containers // chains + (1 if c < containers % chains else 0) for c in range(chains)]
+    lines = ["name: heartbeat-load", "attributes:",
+             f"  HEARTBEAT_INTERVAL_MILLIS: {interval_ms}", f"  STREAMING_WINDOW_SIZE_MILLIS: {window_ms}",
+             f"  CHECKPOINT_WINDOW_COUNT: {checkpoint_count}", f"  HEARTBEAT_TIMEOUT_MILLIS: {timeout_ms}",
+             "  RECOVERY_ATTEMPTS: 1000000", "operators:"]
+    for c, width in enumerate(widths):
+        for k in range(operators):
+            cls = "Source" if k == 0 else "Relay"
+            lines.append(f"  c{c}o{k}: {{class: 'bench.heartbeat_ops:{cls}', partitions: {width}}}")
+    lines.append("streams:")
+    for c in range(chains):
+        for k in range(operators - 1):
+            lines.append(f"  c{c}s{k}: {{from: c{c}o{k}.output, to: [c{c}o{k + 1}.input], "
+                         f"locality: CONTAINER_LOCAL}}")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- the master's side
+
+def run_master(app_dir: str, profile: bool) -> int:
+    """``--master``: the production AppMaster with a launcher that only writes what it launches."""
+    import logging
+
+    from appmaster.launcher import ContainerRequest, Launcher
+    from appmaster.master import AppMaster
+    from appmaster.spec import AppSpec
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        filename=os.path.join(app_dir, "master.log"))
+    sim = os.path.join(app_dir, SIM)
+
+    class FileLauncher(Launcher):
+        """Launches by appending the container id to ``sim/launched``; exits are read from ``sim/exited-*``."""
+
+        def __init__(self) -> None:
+            self.out = open(os.path.join(sim, "launched"), "a", buffering=1)
+            self.live: set[str] = set()
+            self.seen: dict[str, int] = {}
+
+        def launch(self, request: ContainerRequest) -> None:
+            self.live.add(request.container_id)
+            self.out.write(f"launch {request.container_id}\n")
+
+        def kill(self, container_id: str) -> None:
+            if container_id in self.live:
+                self.out.write(f"kill {container_id}\n")
+
+        def poll(self) -> list[tuple[str, int | None]]:
+            if os.path.exists(os.path.join(sim, "done")):  # the agent processes have all exited
+                ended = [(cid, -9) for cid in sorted(self.live)]
+                self.live.clear()
+                return ended
+            ended = []
+            for name in os.listdir(sim):
+                if not name.startswith("exited-"):
+                    continue
+                with open(os.path.join(sim, name)) as f:
+                    f.seek(self.seen.get(name, 0))
+                    text = f.read()
+                    complete = text[:text.rfind("\n") + 1]
+                    self.seen[name] = self.seen.get(name, 0) + len(complete.encode())
+                for cid in complete.split():
+                    if cid in self.live:
+                        self.live.discard(cid)
+                        ended.append((cid, -9))
+            return ended
+
+        def stop_all(self, grace: float = 5.0) -> None:
+            for cid in list(self.live):
+                self.kill(cid)
+            self.live.clear()
+
+        def running(self) -> list[str]:
+            return sorted(self.live)
+
+    with open(os.path.join(app_dir, "spec.yaml")) as f:
+        spec = AppSpec.from_yaml(f.read(), source="spec.yaml")
+    token = open(os.path.join(sim, "token")).read().strip()
+    started = time.perf_counter()
+    master = AppMaster(spec, "application_0_0001", f"file://{app_dir}", token, FileLauncher(), host="127.0.0.1")
+    figures: dict[str, Any] = {"plan_seconds": time.perf_counter() - started}
+    journal_times: list[float] = []
+    committed_times: list[float] = []
+    journal_file = os.path.join(app_dir, "journal", "snapshot")
+    journal_write = master.journal
+
+    def timed_journal() -> None:
+        t0 = time.perf_counter()
+        before = master._journal_key
+        journal_write()
+        if master._journal_key is not before:
+            journal_times.append(time.perf_counter() - t0)
+
+    master.dispatcher.journal = timed_journal  # type: ignore[attr-defined]
+    update = master.state._update_committed
+
+    def timed_update(now: int) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return update(now)
+        finally:
+            committed_times.append(time.perf_counter() - t0)
+
+    master.state._update_committed = timed_update  # type: ignore[method-assign]
+    profiler = None
+    if profile:
+        import cProfile
+        profiler = cProfile.Profile()
+        profiler.enable()
+
+    def stop(*_: Any) -> None:
+        master.dispatch(__import__("appmaster.events", fromlist=["KillApp"]).KillApp(int(time.time() * 1000)))
+
+    signal.signal(signal.SIGTERM, stop)
+    master.run()
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(os.path.join(app_dir, "master.prof"))
+    journal_bytes = os.path.getsize(journal_file) if os.path.exists(journal_file) else 0
+    figures.update(journal_writes=len(journal_times), journal_ms=_ms(journal_times), journal_bytes=journal_bytes,
+                   committed_updates=len(committed_times), committed_ms=_ms(committed_times))
+    with open(os.path.join(sim, "master.json"), "w") as f:
+        json.dump(figures, f)
+    return 0
+
+
+def _ms(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"mean": 0.0, "p99": 0.0, "max": 0.0}
+    ordered = sorted(values)
+    return {"mean": 1000 * statistics.fmean(ordered), "p99": 1000 * ordered[int(0.99 * (len(ordered) - 1))],
+            "max": 1000 * ordered[-1]}
+
+
+# ---------------------------------------------------------------- the simulated agents
+
+class SimContainer:
+    """One simulated container: its operators and the windows they report."""
+
+    def __init__(self, container_id: str) -> None:
+        self.id = container_id
+        self.ops: dict[int, int] = {}  # operator id -> last window reported
+        self.ended = False
+
+    def heartbeat(self, proto: Any, ctx: Any, now: int, pid: int) -> Any:
+        window_ms = ctx.streaming_window_size_millis
+        base = (ctx.start_window_millis // 1000) << 32
+        current = base | max(0, (now - ctx.start_window_millis) // window_ms)
+        stats = proto.ContainerStats(container_id=self.id)
+        for op_id, last in self.ops.items():
+            hb = stats.operators.add(node_id=op_id, generated_tms=now, interval_ms=1000,
+                                     state=proto.OperatorHeartbeat.ACTIVE)
+            windows = range(last + 1, current + 1) if current > last else ()
+            for w in list(windows)[-8:]:
+                ws = hb.window_stats.add(window_id=w, cpu_time_used=50_000)
+                ws.input_ports.add(id="input", tuple_count=100, end_window_timestamp=now)
+                ws.output_ports.add(id="output", tuple_count=100, end_window_timestamp=now, buffer_server_bytes=1600)
+                if (w & 0xFFFFFFFF) % ctx.checkpoint_window_count == 0:
+                    hb.saved_checkpoints.append(w)
+                    ws.checkpoint.window_id = w
+            if current > last:
+                self.ops[op_id] = current
+            hb.current_window_id = self.ops[op_id]
+        return proto.ContainerHeartbeat(container_id=self.id, buffer_server_host="127.0.0.1",
+                                        buffer_server_port=9, jvm_name=f"{pid}@sim", memory_mb_free=8000,
+                                        memory_mb_used=60, container_stats=stats, sent_millis=now)
+
+
+async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_every: float, seed: int) -> None:
+    import grpc
+
+    import proto
+    sim = os.path.join(app_dir, SIM)
+    token = open(os.path.join(sim, "token")).read().strip()
+    address = ""
+    while not address:
+        try:
+            address = open(os.path.join(app_dir, "heartbeatUri")).read().strip()
+        except OSError:
+            await asyncio.sleep(0.05)
+    metadata = ((proto.TOKEN_METADATA_KEY, token),)
+    channel = grpc.aio.insecure_channel(address, options=[("grpc.max_receive_message_length", 64 << 20)])
+    stub = proto.StreamingContainerUmbilicalStub(channel)
+    latencies: list[float] = []
+    errors: dict[str, int] = {}
+    containers: dict[str, SimContainer] = {}
+    tasks: list[asyncio.Task] = []
+    exited = open(os.path.join(sim, f"exited-{index}"), "a", buffering=1)
+    rng = random.Random(seed + index)
+    end = time.monotonic() + seconds
+
+    async def run_container(c: SimContainer) -> None:
+        try:
+            ctx = await stub.GetInitContext(proto.InitContextRequest(container_id=c.id), metadata=metadata,
+                                            timeout=30)
+        except grpc.aio.AioRpcError as exc:
+            errors[exc.code().name] = errors.get(exc.code().name, 0) + 1
+            return
+        interval = ctx.heartbeat_interval_millis / 1000
+        await asyncio.sleep(rng.random() * interval)  # agents start at different moments
+        while not c.ended and time.monotonic() < end:
+            request = c.heartbeat(proto, ctx, int(time.time() * 1000), 1000 + index)
+            t0 = time.perf_counter()
+            try:
+                response = await stub.ProcessHeartbeat(request, metadata=metadata, timeout=30)
+            except grpc.aio.AioRpcError as exc:
+                errors[exc.code().name] = errors.get(exc.code().name, 0) + 1
+                await asyncio.sleep(interval)
+                continue
+            latencies.append(time.perf_counter() - t0)
+            for info in response.deploy_request:
+                c.ops[info.id] = info.checkpoint.window_id
+            for op_id in response.undeploy_request:
+                c.ops.pop(op_id, None)
+            if response.shutdown:
+                c.ended = True
+                exited.write(f"{c.id}\n")
+                return
+            interval = (response.heartbeat_interval_millis or ctx.heartbeat_interval_millis) / 1000
+            await asyncio.sleep(interval)
+
+    async def follow_launches() -> None:
+        offset = 0
+        path = os.path.join(sim, "launched")
+        last_loss = time.monotonic()
+        while time.monotonic() < end:
+            with open(path) as f:
+                f.seek(offset)
+                text = f.read()
+            complete = text[:text.rfind("\n") + 1]
+            offset += len(complete.encode())
+            for line in complete.splitlines():
+                verb, cid = line.split()
+                if zlib.crc32(cid.encode()) % procs != index:
+                    continue
+                if verb == "launch":
+                    containers[cid] = SimContainer(cid)
+                    tasks.append(asyncio.ensure_future(run_container(containers[cid])))
+                elif verb == "kill" and cid in containers and not containers[cid].ended:
+                    containers[cid].ended = True
+                    exited.write(f"{cid}\n")
+            if lose_every and time.monotonic() - last_loss > lose_every:
+                live = [c for c in containers.values() if not c.ended and c.ops]
+                if live:
+                    victim = rng.choice(live)
+                    victim.ended = True
+                    exited.write(f"{victim.id}\n")
+                last_loss = time.monotonic()
+            await asyncio.sleep(0.1)
+
+    await follow_launches()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await channel.close()
+    with open(os.path.join(sim, f"agents-{index}.json"), "w") as f:
+        json.dump({"latencies": latencies, "errors": errors, "containers": len(containers)}, f)
+
+
+# ---------------------------------------------------------------- the run
+
+def measure(containers: int, operators: int, seconds: float, procs: int, interval_ms: int, lose_every: float,
+            profile: bool, keep: bool) -> dict[str, Any]:
+    import psutil
+
+    from appmaster.adminhttp import request_json
+    app_dir = tempfile.mkdtemp(prefix="stram-bench-hb-")
+    os.makedirs(os.path.join(app_dir, SIM))
+    with open(os.path.join(app_dir, "spec.yaml"), "w") as f:
+        f.write(spec_yaml(containers, operators, interval_ms, 500, 10, 30_000))
+    with open(os.path.join(app_dir, SIM, "token"), "w") as f:
+        f.write(secrets.token_hex(16))
+    open(os.path.join(app_dir, SIM, "launched"), "w").close()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    me = [sys.executable, os.path.abspath(__file__)]
+    master = subprocess.Popen([*me, "--master", app_dir] + (["--profile"] if profile else []), env=env, cwd=ROOT)
+    agents = [subprocess.Popen([*me, "--agents", app_dir, "--index", str(i), "--procs", str(procs),
+                                "--seconds", str(seconds), "--lose-every", str(lose_every)], env=env, cwd=ROOT)
+              for i in range(procs)]
+    proc = psutil.Process(master.pid)
+    cpu0 = proc.cpu_times()
+    t0 = time.monotonic()
+    peak_rss = 0
+    admin_ms: list[float] = []
+    next_admin = t0 + 5
+    while any(a.poll() is None for a in agents):
+        try:
+            peak_rss = max(peak_rss, proc.memory_info().rss)
+        except psutil.Error:
+            break
+        if time.monotonic() > next_admin:
+            try:
+                url = json.load(open(os.path.join(app_dir, "admin.json")))["url"]
+                a0 = time.perf_counter()
+                request_json(url, "operators", timeout=30)
+                admin_ms.append(1000 * (time.perf_counter() - a0))
+            except Exception:  # noqa: BLE001 - not up yet
+                pass
+            next_admin = time.monotonic() + 5
+        time.sleep(0.25)
+    cpu1 = proc.cpu_times()
+    wall = time.monotonic() - t0
+    open(os.path.join(app_dir, SIM, "done"), "w").close()
+    master.send_signal(signal.SIGTERM)
+    try:
+        master.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        master.kill()
+    latencies: list[float] = []
+    errors: dict[str, int] = {}
+    for i in range(procs):
+        with open(os.path.join(app_dir, SIM, f"agents-{i}.json")) as f:
+            doc = json.load(f)
+        latencies += doc["latencies"]
+        for k, v in doc["errors"].items():
+            errors[k] = errors.get(k, 0) + v
+    try:
+        with open(os.path.join(app_dir, SIM, "master.json")) as f:
+            mfig = json.load(f)
+    except OSError:
+        mfig = {}
+    log_text = open(os.path.join(app_dir, "master.log"), errors="replace").read()
+    timeouts = log_text.count("no heartbeat from")
+    latencies.sort()
+    pick = lambda q: 1000 * latencies[min(len(latencies) - 1, int(q * len(latencies)))] if latencies else 0.0  # noqa: E731
+    result = {
+        "containers": containers, "operators": operators * containers, "seconds": round(wall, 1),
+        "heartbeats": len(latencies), "heartbeats_per_s": round(len(latencies) / wall, 1),
+        "p50_ms": round(pick(0.50), 2), "p99_ms": round(pick(0.99), 2), "max_ms": round(pick(1.0), 2),
+        "errors": sum(errors.values()), "timeouts": timeouts,
+        "master_cpu_pct": round(100 * ((cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)) / wall, 1),
+        "master_rss_mb": round(peak_rss / (1 << 20), 1),
+        "plan_s": round(mfig.get("plan_seconds", 0.0), 2),
+        "journal_writes": mfig.get("journal_writes", 0),
+        "journal_ms_mean": round(mfig.get("journal_ms", {}).get("mean", 0.0), 2),
+        "journal_ms_p99": round(mfig.get("journal_ms", {}).get("p99", 0.0), 2),
+        "journal_kb": round(mfig.get("journal_bytes", 0) / 1024, 1),
+        "committed_ms_mean": round(mfig.get("committed_ms", {}).get("mean", 0.0), 3),
+        "committed_ms_max": round(mfig.get("committed_ms", {}).get("max", 0.0), 3),
+        "admin_operators_ms": round(statistics.median(admin_ms), 1) if admin_ms else None,
+    }
+    if errors:
+        result["error_codes"] = errors
+    if profile:
+        result["profile"] = os.path.join(app_dir, "master.prof")
+    if keep or profile:
+        result["app_dir"] = app_dir
+    else:
+        shutil.rmtree(app_dir, ignore_errors=True)
+    return result
+
+
+def report(r: dict[str, Any]) -> None:
+    print(f"{r['containers']} containers x {r['operators'] // r['containers']} operators, {r['seconds']}s: "
+          f"heartbeat RPC p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms, max {r['max_ms']} ms; "
+          f"{r['heartbeats_per_s']} heartbeats/s; errors {r['errors']}, timeouts declared {r['timeouts']}")
+    print(f"  master: CPU {r['master_cpu_pct']}% of a core, peak RSS {r['master_rss_mb']} MB, plan {r['plan_s']} s; "
+          f"journal {r['journal_writes']} writes of {r['journal_kb']} KB, {r['journal_ms_mean']} ms mean / "
+          f"{r['journal_ms_p99']} ms p99; committed-window update {r['committed_ms_mean']} ms mean / "
+          f"{r['committed_ms_max']} ms max; admin operators page {r['admin_operators_ms']} ms")
+    print(" ".join(f"{k}={v}" for k, v in r.items() if not isinstance(v, dict)), flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--containers", type=int, help="containers (default: 100, 500 and 2000 in turn)")
+    parser.add_argument("--operators", type=int, default=10, help="operators per container (default 10)")
+    parser.add_argument("--seconds", type=float, default=60, help="seconds of heartbeats per configuration")
+    parser.add_argument("--procs", type=int, default=2, help="agent processes (default 2)")
+    parser.add_argument("--interval-ms", type=int, default=1000, help="HEARTBEAT_INTERVAL_MILLIS (default 1000)")
+    parser.add_argument("--lose-every", type=float, default=0.0, metavar="S",
+                        help="let a simulated container die every S seconds per agent process (default never)")
+    parser.add_argument("--profile", action="store_true", help="cProfile the master (prints the file)")
+    parser.add_argument("--keep", action="store_true", help="keep the application directory")
+    parser.add_argument("--master", metavar="APP_DIR", help=argparse.SUPPRESS)
+    parser.add_argument("--agents", metavar="APP_DIR", help=argparse.SUPPRESS)
+    parser.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=1, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.master:
+        return run_master(args.master, args.profile)
+    if args.agents:
+        asyncio.run(_agents(args.agents, args.index, args.procs, args.seconds, args.lose_every, args.seed))
+        return 0
+    for containers in ([args.containers] if args.containers else [100, 500, 2000]):
+        report(measure(containers, args.operators, args.seconds, args.procs, args.interval_ms, args.lose_every,
+                       args.profile, args.keep))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

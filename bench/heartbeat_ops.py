@@ -1,0 +1,30 @@
+"""Operators of the heartbeat load harness's application (bench/bench_heartbeats.py).
+
+The master imports them to validate and plan the spec; no container runs
+them: the harness's simulated agents only report windows for them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from container.operator import InputOperator, InputPort, Operator, OutputPort
+
+
+class Source(InputOperator):
+    """An input operator (never run by the harness)."""
+
+    output = OutputPort()
+
+    def emit_tuples(self) -> None:
+        pass
+
+
+class Relay(Operator):
+    """Passes tuples on (never run by the harness)."""
+
+    input = InputPort()
+    output = OutputPort()
+
+    def process_input(self, tuple: Any) -> None:  # noqa: A002
+        self.output.emit(tuple)

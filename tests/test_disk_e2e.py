@@ -1,0 +1,180 @@
+"""A full disk end to end: APP_PATH and the output on a small tmpfs, filled mid-run.
+
+The application pauses (status.json and get-app-info say ``paused: no space
+left on device …``), and either space comes back (the filler is deleted) and it
+ends SUCCEEDED with the exact word counts, or it does not and the application
+ends FAILED within DISK_FULL_TIMEOUT_SECS with that diagnostic. Needs root (to
+mount a tmpfs); skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from conftest import ROOT, read_counts, word_truth
+from appmaster import apps as stram_apps
+from e2ekit import (admin, app_processes, kill_container_of, launch_detached, running_operators, wait_final,
+                    wait_until)
+
+pytestmark = pytest.mark.slow
+
+MOBY = ROOT / "specs" / "data" / "moby-dick.txt"
+FAST = ["-D", "STREAMING_WINDOW_SIZE_MILLIS=100", "-D", "HEARTBEAT_INTERVAL_MILLIS=300",
+        "-D", "CHECKPOINT_WINDOW_COUNT=5"]
+
+
+@contextlib.contextmanager
+def small_disk(where: pathlib.Path, size_mb: int):
+    """A tmpfs of ``size_mb`` MiB mounted at ``where`` (unmounted after, whatever happens)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    where.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(where)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        for _ in range(50):
+            if subprocess.run(["umount", str(where)], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.2)  # a process of the application may still hold a file open
+        else:
+            subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def fill(path: pathlib.Path) -> int:
+    """Write ``path`` until the file system is full; bytes written."""
+    written = 0
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        for chunk in (1 << 20, 4096, 512):
+            while True:
+                try:
+                    written += os.write(fd, b"\0" * chunk)
+                except OSError:
+                    break
+    finally:
+        os.close(fd)
+    return written
+
+
+def status(app_id: str) -> dict:
+    """The application's status.json (what list-apps shows once its master is gone)."""
+    path = os.path.join(stram_apps.apps_dir(), app_id, "status.json")
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def kill_left(app_id: str, keep: pathlib.Path | None = None) -> None:
+    """Kill what is left of the application; copy its logs (off the small disk) to ``keep``."""
+    if keep is not None:
+        logs = pathlib.Path(stram_apps.apps_dir()) / app_id / "logs"
+        with contextlib.suppress(OSError):
+            shutil.copytree(logs, keep / f"logs-{app_id}")
+            shutil.copy(logs.parent / "status.json", keep / f"logs-{app_id}")
+    for proc in app_processes(app_id):
+        with contextlib.suppress(Exception):
+            proc.kill()
+
+
+def launch_wordcount(disk: pathlib.Path, monkeypatch, *extra: str) -> tuple[str, pathlib.Path]:
+    home = disk / "home"
+    monkeypatch.setenv("STRAM_HOME", str(home))
+    out = disk / "out"
+    app_id = launch_detached("specs/wordcount.yaml", *FAST, *extra,
+                             "-D", f"operators.reader.path={MOBY}", "-D", "operators.reader.lines_per_window=60",
+                             "-D", "operators.count.partitions=2", "-D", f"operators.out.path={out}")
+    wait_until(lambda: running_operators(app_id) == 6, what="all operators running")
+    wait_until(lambda: out.exists() and any(out.rglob("*.jsonl")), timeout=60, what="committed output")
+    return app_id, out
+
+
+def test_disk_fills_then_frees_succeeds_exactly(tmp_path, monkeypatch):
+    """Filled mid-run: the application pauses and says so; freed: it ends SUCCEEDED with exact counts."""
+    with small_disk(tmp_path / "disk", 48) as disk:
+        app_id = ""
+        try:
+            app_id, out = launch_wordcount(disk, monkeypatch)
+            filler = disk / "filler"
+            fill(filler)
+            paused = wait_until(lambda: "paused: no space left on device" in status(app_id).get("diagnostics", "")
+                                and status(app_id), timeout=60, what="status.json to say the application paused")
+            assert paused["state"] == "RUNNING", paused
+            info = wait_until(lambda: (i := admin(app_id, "info")) and i.get("paused") and i, timeout=30,
+                              what="get-app-info to say the application paused")
+            assert info["state"] == "RUNNING"
+            assert "no space left on device" in info["diagnostics"], info
+            time.sleep(4)  # a pause longer than a few heartbeats and windows
+            assert status(app_id).get("state") == "RUNNING"
+            filler.unlink()
+            final = wait_final(app_id, timeout=240)
+            assert final["state"] == "SUCCEEDED", final.get("diagnostics")
+            sums, _, _ = read_counts(out)
+            assert sums == word_truth(MOBY), "counts differ from the direct count"
+            logs = disk / "home" / "apps" / app_id / "logs"
+            said = "".join(p.read_text(errors="replace") for p in logs.glob("*.log*"))
+            print(paused["diagnostics"], "|", info["diagnostics"])
+            print("\n".join(line for line in said.splitlines() if "space" in line)[-3000:])
+            assert "resumed after" in said, "no log line says the application resumed"
+        finally:
+            if app_id:
+                kill_left(app_id, tmp_path)
+
+
+def test_disk_stays_full_fails_with_diagnostic(tmp_path, monkeypatch):
+    """Filled for good: the application ends FAILED within DISK_FULL_TIMEOUT_SECS, saying why."""
+    with small_disk(tmp_path / "disk", 48) as disk:
+        app_id = ""
+        try:
+            app_id, _ = launch_wordcount(disk, monkeypatch, "-D", "DISK_FULL_TIMEOUT_SECS=6")
+            fill(disk / "filler")
+            started = time.monotonic()
+            final = wait_final(app_id, timeout=120)
+            took = time.monotonic() - started
+            assert final["state"] == "FAILED", final
+            assert "no space left on device" in final["diagnostics"], final["diagnostics"]
+            assert "DISK_FULL_TIMEOUT_SECS=6" in final["diagnostics"], final["diagnostics"]
+            assert took < 90, f"took {took:.0f} s to fail"
+            print(f"FAILED after {took:.0f} s: {final['diagnostics']}")
+        finally:
+            if app_id:
+                kill_left(app_id, tmp_path)
+
+
+def test_journal_waits_for_space_while_a_container_is_recovered(tmp_path, monkeypatch):
+    """The disk is full when a container dies: the master's journal (its recovery decision) waits
+    for space, the status says so, heartbeats are refused meanwhile; freed, the run ends exact."""
+    with small_disk(tmp_path / "disk", 48) as disk:
+        app_id = ""
+        try:
+            app_id, out = launch_wordcount(disk, monkeypatch)
+            filler = disk / "filler"
+            fill(filler)
+            kill_container_of(app_id, "count")
+            paused = wait_until(lambda: "writing the journal" in status(app_id).get("diagnostics", "")
+                                and status(app_id), timeout=60, what="status.json to say the journal waits")
+            assert paused["state"] == "RUNNING", paused
+            assert paused["diagnostics"].startswith("paused: no space left on device writing the journal")
+            time.sleep(3)
+            assert status(app_id).get("state") == "RUNNING"
+            filler.unlink()
+            final = wait_final(app_id, timeout=240)
+            assert final["state"] == "SUCCEEDED", final.get("diagnostics")
+            sums, _, _ = read_counts(out)
+            assert sums == word_truth(MOBY), "counts differ from the direct count"
+        finally:
+            if app_id:
+                kill_left(app_id, tmp_path)
