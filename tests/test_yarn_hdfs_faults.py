@@ -54,7 +54,9 @@ def test_namenode_restart_mid_run(on_minicluster, tmp_path):
             if proc_info.returncode != 0:
                 return None
             info = json.loads(proc_info.stdout)
-            done = info["state"] == "RUNNING" and not info["committed_window_hex"].endswith("ffffffff")
+            # before the master answers, get-app-info shows YARN's report only
+            committed = info.get("committed_window_hex") or "ffffffff"
+            done = info.get("state") == "RUNNING" and not committed.endswith("ffffffff")
             return info if done else None
 
         info = wait_until(committing, timeout=300, interval=2, what="the first committed window")
