@@ -3,18 +3,32 @@
 Every file stram touches under ``APP_PATH`` (heartbeatUri, checkpoints, the
 journal, WAL segments) goes through these helpers, so the same code runs on
 the local file system and on HDFS.
+
+HDFS calls ride out a NameNode that is briefly away (restarted, failing over,
+in safe mode after a restart): :func:`hdfs_retry` (applied to every helper
+here) repeats a call that failed that way, with backoff, for at most
+``$STRAM_HDFS_RETRY_SECS`` (default 120) seconds, then raises
+:class:`HdfsUnavailable`, whose message names the NameNode.
 """
 
 from __future__ import annotations
 
+import errno
+import functools
+import logging
 import os
+import time
 import uuid
 from functools import lru_cache
+from typing import Any, Callable, TypeVar
 
 import pyarrow.fs as pafs
 
-__all__ = ["resolve", "join", "write_atomic", "write_status_file", "read_bytes", "exists", "delete",
-           "list_dir", "makedirs", "move", "open_output", "open_input"]
+log = logging.getLogger("container.fs")
+T = TypeVar("T")
+
+__all__ = ["HdfsUnavailable", "hdfs_retry", "resolve", "join", "write_atomic", "write_status_file", "read_bytes",
+           "exists", "delete", "list_dir", "makedirs", "move", "open_output", "open_input"]
 
 
 def _split(uri: str) -> tuple[str, str]:
@@ -44,6 +58,119 @@ def resolve(uri: str) -> tuple[pafs.FileSystem, str]:
     return _filesystem(key), path
 
 
+# ---------------------------------------------------------------- a NameNode briefly away
+
+#: libhdfs's errno for a Java exception it has no errno for (ConnectException, EOFException, ...).
+_EINTERNAL = 255
+#: What a NameNode that is down, restarting or in safe mode (EROFS) makes an HDFS call fail with.
+_TRANSIENT_ERRNOS = frozenset({_EINTERNAL, errno.EROFS, errno.EIO, errno.ESTALE, errno.ECONNREFUSED,
+                               errno.ECONNRESET, errno.ETIMEDOUT, errno.EHOSTUNREACH})
+#: While the NameNode answers a look at ``/``, an unexplained error is retried only this long.
+_ANSWERING_GRACE = 20.0
+_MAX_DELAY = 2.0
+_LOG_EVERY = 15.0
+
+
+class HdfsUnavailable(OSError):
+    """An HDFS call kept failing for the whole retry time: the NameNode is away (or refuses)."""
+
+
+def _retry_seconds() -> float:
+    try:
+        return max(0.0, float(os.environ.get("STRAM_HDFS_RETRY_SECS", "120")))
+    except ValueError:
+        return 120.0
+
+
+def _uri_of(args: tuple[Any, ...]) -> str | None:
+    return args[0] if args and isinstance(args[0], str) else None
+
+
+def _answers(key: str) -> bool:
+    """True when the NameNode behind ``key`` answers (a look at ``/``, which always exists)."""
+    try:
+        return _filesystem(key).get_file_info("/").type != pafs.FileType.NotFound
+    except OSError:
+        return False
+
+
+def _info(fs: pafs.FileSystem, path: str) -> pafs.FileInfo:
+    """``fs.get_file_info(path)`` that tells a missing file from a NameNode that did not answer.
+
+    pyarrow's HadoopFileSystem reports *any* failure to look a path up as
+    ``NotFound``; with the NameNode away a file would seem missing (and a
+    directory empty). The root always exists: when it seems missing too, the
+    NameNode did not answer, and this raises an error :func:`hdfs_retry` retries.
+    A path is missing only when the root was found before and after it.
+    """
+    info = fs.get_file_info(path)
+    if info.type != pafs.FileType.NotFound or not isinstance(fs, pafs.HadoopFileSystem):
+        return info
+    for again in (True, False):
+        if fs.get_file_info("/").type == pafs.FileType.NotFound:
+            raise OSError(_EINTERNAL, f"HDFS NameNode did not answer a look at {path} (nor at /)")
+        if again:  # it answers now: ask again, it may have come back just after the first look
+            info = fs.get_file_info(path)
+            if info.type != pafs.FileType.NotFound:
+                return info
+    return info
+
+
+def hdfs_retry(func: Callable[..., T]) -> Callable[..., T]:
+    """Make a helper whose first argument is a URI ride out a NameNode that is briefly away.
+
+    Only calls on HDFS (``hdfs://``, ``viewfs://``) are repeated, and only for
+    errors a missing or restarting NameNode causes: libhdfs's errno 255 (a
+    ``ConnectException``, a connection cut mid-call), EROFS (safe mode), EIO and
+    friends. A definite answer (ENOENT, EEXIST, EACCES, ENOSPC, ...) is raised
+    at once. The whole call is repeated, so the helper must be idempotent (the
+    ones here are: a write goes to a new temporary file, then a move).
+
+    Raises
+    ------
+    HdfsUnavailable
+        Still failing after ``$STRAM_HDFS_RETRY_SECS`` seconds (or after
+        :data:`_ANSWERING_GRACE` while the NameNode answers other calls).
+    """
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        uri = _uri_of(args)
+        key = _split(uri)[0] if uri is not None else "file://"
+        if key.startswith("file://"):
+            return func(*args, **kwargs)
+        started = time.monotonic()
+        limit = _retry_seconds()
+        delay, logged, tries = 0.1, 0.0, 0
+        answering_since: float | None = None
+        while True:
+            try:
+                result = func(*args, **kwargs)
+                if tries:
+                    log.warning("HDFS %s of %s succeeded after %.1fs and %d retries", func.__name__, uri,
+                                time.monotonic() - started, tries)
+                return result
+            except OSError as exc:
+                if exc.errno not in _TRANSIENT_ERRNOS or isinstance(exc, HdfsUnavailable):
+                    raise
+                now = time.monotonic()
+                if exc.errno == _EINTERNAL and _answers(key):
+                    answering_since = answering_since or now
+                else:
+                    answering_since = None
+                waited = now - started
+                if waited >= limit or (answering_since is not None and now - answering_since >= _ANSWERING_GRACE):
+                    raise HdfsUnavailable(exc.errno, f"HDFS NameNode {key}: {func.__name__} {uri} still failing "
+                                                     f"after {waited:.0f}s and {tries} retries: {exc}") from exc
+                if now - logged >= _LOG_EVERY:
+                    logged = now
+                    log.warning("HDFS NameNode %s unavailable (%s); retrying %s %s for up to %.0fs",
+                                key, exc, func.__name__, uri, limit - waited)
+                tries += 1
+                time.sleep(min(delay, max(0.0, limit - waited)))
+                delay = min(delay * 2, _MAX_DELAY)
+    return wrapper
+
+
 def join(uri: str, *parts: str) -> str:
     """Join path parts onto a URI with ``/``."""
     out = uri.rstrip("/")
@@ -52,11 +179,13 @@ def join(uri: str, *parts: str) -> str:
     return out
 
 
+@hdfs_retry
 def makedirs(uri: str) -> None:
     fs, path = resolve(uri)
     fs.create_dir(path, recursive=True)
 
 
+@hdfs_retry
 def write_atomic(uri: str, data: bytes) -> None:
     """Write ``data`` to ``uri`` so readers see the old file or the new one, never a part."""
     fs, path = resolve(uri)
@@ -112,30 +241,34 @@ def write_status_file(uri: str, data: bytes) -> None:
         raise OSError(first.errno, f"{first} (and in place: {exc})") from exc
 
 
+@hdfs_retry
 def read_bytes(uri: str) -> bytes:
     fs, path = resolve(uri)
     with fs.open_input_stream(path) as f:
         return f.read()
 
 
+@hdfs_retry
 def exists(uri: str) -> bool:
     fs, path = resolve(uri)
-    return fs.get_file_info(path).type != pafs.FileType.NotFound
+    return _info(fs, path).type != pafs.FileType.NotFound
 
 
+@hdfs_retry
 def file_type(uri: str) -> str:
     """``"file"``, ``"directory"`` or ``"missing"``: what ``uri`` names."""
     fs, path = resolve(uri)
-    kind = fs.get_file_info(path).type
+    kind = _info(fs, path).type
     if kind == pafs.FileType.NotFound:
         return "missing"
     return "directory" if kind == pafs.FileType.Directory else "file"
 
 
+@hdfs_retry
 def delete(uri: str, missing_ok: bool = True) -> None:
     """Delete a file or a directory tree."""
     fs, path = resolve(uri)
-    info = fs.get_file_info(path)
+    info = _info(fs, path)
     if info.type == pafs.FileType.NotFound:
         if not missing_ok:
             raise FileNotFoundError(uri)
@@ -145,19 +278,26 @@ def delete(uri: str, missing_ok: bool = True) -> None:
         fs.delete_file(path)
 
 
+@hdfs_retry
 def list_dir(uri: str, recursive: bool = False) -> list[pafs.FileInfo]:
     """Entries under a directory (empty when it does not exist)."""
     fs, path = resolve(uri)
-    selector = pafs.FileSelector(path, allow_not_found=True, recursive=recursive)
-    return fs.get_file_info(selector)
+    # not allow_not_found: pyarrow's HDFS client would then also list nothing when the NameNode
+    # does not answer; a listing that fails says which it is
+    try:
+        return fs.get_file_info(pafs.FileSelector(path, allow_not_found=False, recursive=recursive))
+    except FileNotFoundError:
+        return []
 
 
+@hdfs_retry
 def move(src: str, dst: str) -> None:
     fs, src_path = resolve(src)
     _, dst_path = resolve(dst)
     fs.move(src_path, dst_path)
 
 
+@hdfs_retry
 def open_output(uri: str):
     fs, path = resolve(uri)
     parent = path.rsplit("/", 1)[0] or "/"
@@ -165,6 +305,7 @@ def open_output(uri: str):
     return fs.open_output_stream(path)
 
 
+@hdfs_retry
 def open_input(uri: str):
     fs, path = resolve(uri)
     return fs.open_input_file(path)

@@ -106,6 +106,15 @@ class MiniCluster:
         self.hdfs("-get", path, str(local))
         return pathlib.Path(local)
 
+    def restart_namenode(self, down_seconds: float = 0.0, timeout: float = 180) -> str:
+        """``./scripts/minicluster restart-namenode --down-seconds S``: back on the same port; its report."""
+        env = dict(os.environ, STRAM_MINICLUSTER_DIR=str(self.state))
+        proc = subprocess.run([sys.executable, str(SCRIPT), "restart-namenode", "--down-seconds",
+                               str(down_seconds)], env=env, capture_output=True, text=True, timeout=timeout)
+        if proc.returncode != 0:
+            raise AssertionError(f"restart-namenode exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+        return proc.stderr.strip()
+
     def new_dir(self, prefix: str = "test") -> str:
         """A new, empty HDFS directory path (no scheme) for one test."""
         path = f"/tests/{prefix}-{uuid.uuid4().hex[:8]}"

@@ -48,7 +48,7 @@ from appmaster.launcher import ContainerRequest
 from appmaster.spec import AppSpec
 from conftest import ROOT, read_counts, word_truth
 from scripts import cli
-from appmaster.errors import ClusterUnreachable, StramError
+from appmaster.errors import ClusterUnreachable, StramError, UserError
 
 WORDCOUNT = ROOT / "specs" / "wordcount.yaml"
 WORDS = ROOT / "specs" / "data" / "words.txt"
@@ -1014,3 +1014,30 @@ def test_yarn_launcher_recovers_a_killed_container(tmp_path):
     assert sums == truth
     assert maxima == dict(truth)
     assert len(standin.containers) > 3  # the killed container was replaced
+
+
+def test_refused_submissions_are_one_clear_line():
+    """The ResourceManager's refusals (the texts Hadoop 3.5 sends) become one line without a stack trace."""
+    trace = "\n\tat org.apache.hadoop.ipc.Server$Handler.work(Server.java:3279)\n"
+    cases = {
+        "Failed to submit application, exception:\nInvalid resource request! Cannot allocate containers as "
+        "requested resource is greater than maximum allowed allocation. Requested resource type=[memory-mb], "
+        "Requested resource=<memory:100000, vCores:1>, maximum allowed allocation=<memory:8192, vCores:8>, "
+        "please note ..." + trace: ("<memory:100000, vCores:1>", "<memory:8192, vCores:8>", "MASTER_MEMORY_MB"),
+        "Failed to submit application, exception:\nFailed to submit application_1_0003 to YARN : Application "
+        "application_1_0003 submitted by user root to unknown queue: nope": ("'nope' does not exist", "QUEUE"),
+        "Failed to submit application, exception:\nFailed to submit application_1_0001 to YARN : "
+        "org.apache.hadoop.security.AccessControlException: Queue root.stopped is STOPPED. Cannot accept "
+        "submission of application: application_1_0001": ("root.stopped is STOPPED", "QUEUE"),
+        "Failed to submit application, exception:\nFailed to submit application_1_0002 to YARN : "
+        "org.apache.hadoop.security.AccessControlException: Queue root.full already has 0 applications, cannot "
+        "accept submission of application: application_1_0002": ("root.full already has 0 applications",),
+    }
+    for text, words in cases.items():
+        err = yarn.translate(skein.exceptions.DriverError(text), "submitting x to YARN queue 'q'")
+        assert isinstance(err, UserError), (text, err)
+        message = str(err)
+        assert "\n" not in message and "at org.apache" not in message, message
+        assert message.startswith("YARN refused submitting x to YARN queue 'q': "), message
+        for word in words:
+            assert word in message, (word, message)

@@ -20,7 +20,7 @@ from appmaster.adminhttp import request_json
 from appmaster.errors import AdminRequestError, ClusterUnreachable, StramError
 from appmaster.follow import follow as follow_run, pause_note
 from appmaster.yarn.appspec import STRAM_TAG, application_spec, local_path_warnings
-from appmaster.yarn.driver import connect, translate
+from appmaster.yarn.driver import check_resources, connect, translate
 
 log = logging.getLogger("appmaster.yarn")
 
@@ -84,6 +84,7 @@ def submit(spec: Any, *, spec_path: str | None = None, detach: bool = False, dur
             max_attempts=int(spec.attribute("MASTER_ATTEMPTS")))
         app_path = aspec.master.env["STRAM_APP_PATH"]
         with connect(principal, keytab, log_path=os.path.join(staging, "driver.log")) as client:
+            check_resources(client, aspec, f" (queue {aspec.queue!r})")
             try:
                 app_id = client.submit(aspec)
             except Exception as exc:  # noqa: BLE001

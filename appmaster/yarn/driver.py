@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import warnings
 import xml.etree.ElementTree as ET
 import logging
 from typing import Any, Iterator
@@ -25,7 +26,8 @@ from appmaster.yarn import hadoopconf
 
 log = logging.getLogger("appmaster.yarn")
 
-__all__ = ["DEFAULT_CONNECT_WAIT_MS", "hadoop_conf_overlay", "connect", "translate"]
+__all__ = ["DEFAULT_CONNECT_WAIT_MS", "hadoop_conf_overlay", "connect", "translate", "max_allocation",
+           "check_resources"]
 
 #: Default bound on the driver's wait for an unreachable ResourceManager (ms).
 DEFAULT_CONNECT_WAIT_MS = 30000
@@ -186,7 +188,12 @@ def connect(principal: str | None = None, keytab: str | None = None, *,
             conf_vars["YARN_CONF_DIR"] = overlay
         with _environ(**conf_vars):
             try:
-                client = skein.Client(principal=principal, keytab=keytab, log=log_path)
+                with warnings.catch_warnings(record=True) as caught:
+                    # skein's first use writes its credentials with a UserWarning on stderr
+                    warnings.simplefilter("always")
+                    client = skein.Client(principal=principal, keytab=keytab, log=log_path)
+                for warning in caught:
+                    log.info("skein: %s", warning.message)
             except Exception as exc:  # noqa: BLE001 - every way the driver fails gets one message
                 raise translate(exc, "starting skein's YARN client (the Java driver)", conf_dir,
                                  log_path) from None
@@ -196,6 +203,91 @@ def connect(principal: str | None = None, keytab: str | None = None, *,
             with contextlib.suppress(Exception):
                 client.close()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def max_allocation(client: Any, conf_dir: str | None = None) -> tuple[int | None, int | None]:
+    """The most memory (MB) and vcores YARN can give one container, as far as the client can tell.
+
+    The smaller of ``yarn.scheduler.maximum-allocation-mb``/``-vcores`` in the
+    client's yarn-site.xml (when it sets them) and the largest running
+    NodeManager (a container never spans nodes); None where neither is known.
+    """
+    conf = conf_dir or hadoopconf.find_hadoop_conf_dir()
+    site = hadoopconf.read_site(os.path.join(conf, "yarn-site.xml")) if conf else {}
+    limits: list[list[int]] = [[], []]
+    for i, key in enumerate(("yarn.scheduler.maximum-allocation-mb", "yarn.scheduler.maximum-allocation-vcores")):
+        with contextlib.suppress(KeyError, TypeError, ValueError):
+            limits[i].append(int(site[key]))
+    try:
+        nodes = client.get_nodes(states=["RUNNING"])
+    except Exception as exc:  # noqa: BLE001 - only a better message is lost; YARN still checks
+        log.debug("cannot list the NodeManagers: %s", exc)
+        nodes = []
+    if nodes:
+        limits[0].append(max(int(n.total_resources.memory) for n in nodes))
+        limits[1].append(max(int(n.total_resources.vcores) for n in nodes))
+    return (min(limits[0]) if limits[0] else None, min(limits[1]) if limits[1] else None)
+
+
+def check_resources(client: Any, aspec: Any, queue_note: str = "") -> None:
+    """Refuse, before submitting, an application whose master or containers no node could hold.
+
+    YARN refuses such a master at once, but a container only once the master
+    asks for it: the application would start, fail and be retried. ``aspec`` is
+    the skein ``ApplicationSpec``.
+
+    Raises
+    ------
+    UserError
+        The master's or a container's memory or vcores exceed :func:`max_allocation`.
+    """
+    max_mb, max_vcores = max_allocation(client)
+    asks = [("the application master", "MASTER_MEMORY_MB", "MASTER_VCORES", aspec.master.resources)]
+    asks += [(f"an operator container (service {name})", "CONTAINER_MEMORY_MB", "CONTAINER_VCORES", svc.resources)
+             for name, svc in sorted(aspec.services.items())]
+    for who, mem_attr, cpu_attr, res in asks:
+        if max_mb is not None and res.memory > max_mb:
+            raise UserError(f"YARN cannot run {aspec.name}{queue_note}: {who} asks for {res.memory} MB, more "
+                            f"than one container may have on this cluster ({max_mb} MB: "
+                            f"yarn.scheduler.maximum-allocation-mb, or the largest NodeManager); "
+                            f"lower {mem_attr}, e.g. -D {mem_attr}={max_mb}")
+        if max_vcores is not None and res.vcores > max_vcores:
+            raise UserError(f"YARN cannot run {aspec.name}{queue_note}: {who} asks for {res.vcores} vcores, "
+                            f"more than one container may have on this cluster ({max_vcores}: "
+                            f"yarn.scheduler.maximum-allocation-vcores, or the largest NodeManager); "
+                            f"lower {cpu_attr}, e.g. -D {cpu_attr}={max_vcores}")
+
+
+def _refusal(text: str, doing: str) -> StramError | None:
+    """The ResourceManager refused a submission (queue, resources): one line saying why and what to do."""
+    match = re.search(r"unknown queue: (\S+)", text)
+    if match:
+        return UserError(f"YARN refused {doing}: the queue {match.group(1)!r} does not exist; submit to one "
+                         f"of the cluster's queues (-D QUEUE=name; `yarn queue -status NAME` shows one)")
+    match = re.search(r"Queue (\S+) is (STOPPED|DRAINING)", text)
+    if match:
+        return UserError(f"YARN refused {doing}: the queue {match.group(1)} is {match.group(2)} and accepts no "
+                         f"applications; submit to another queue (-D QUEUE=name) or ask the cluster's "
+                         f"administrator to start it")
+    match = re.search(r"Queue (\S+) already has (\d+) applications|"
+                      r"(?:[Mm]aximum|limit) (?:system|number of) applications", text)
+    if match:
+        where = f"the queue {match.group(1)} already has {match.group(2)} applications, its maximum" \
+            if match.group(1) else "the cluster holds as many applications as it may"
+        return UserError(f"YARN refused {doing}: {where}; try again once some have finished, or submit to "
+                         f"another queue (-D QUEUE=name)")
+    match = re.search(r"greater than maximum allowed allocation.*?Requested resource=(<[^>]*>).*?"
+                      r"maximum allowed allocation=(<[^>]*>)", text, re.S)
+    if match:
+        return UserError(f"YARN refused {doing}: the application master asks for {match.group(1)}, more than "
+                         f"one container may have on this cluster {match.group(2)}; lower MASTER_MEMORY_MB "
+                         f"or MASTER_VCORES")
+    match = re.search(r"AccessControlException: (User \S+ does not have permission[^\n]*|"
+                      r"User \S+ cannot submit applications to queue[^\n]*)", text)
+    if match:
+        return UserError(f"YARN refused {doing}: {match.group(1).strip()}; submit to a queue you may use "
+                         f"(-D QUEUE=name)")
+    return None
 
 
 def _log_tail(path: str | None, lines: int = 15) -> str:
@@ -229,6 +321,9 @@ def translate(exc: BaseException, doing: str, conf_dir: str | None = None,
                           f"(try running it yourself)")
     if isinstance(exc, FileNotFoundError) and "java" in text:
         return UserError(f"{doing}: Java could not be run ({text}); export JAVA_HOME=/path/to/jdk")
+    refused = _refusal(text, doing)
+    if refused is not None:
+        return refused
     if re.search(r"ConnectException|Connection refused|UnknownHost|NoRouteToHost|"
                  r"failed on connection exception|ConnectTimeout", text):
         return ClusterUnreachable(

@@ -12,7 +12,9 @@ import java.nio.file.Files;
 import java.nio.file.StandardCopyOption;
 import java.util.Map;
 import java.util.TreeMap;
+import java.util.Arrays;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
 import java.util.regex.Pattern;
 
 import org.apache.hadoop.conf.Configuration;
@@ -37,6 +39,13 @@ import sun.misc.Signal;
  * (addresses; its appearance means "ready"). It runs until SIGTERM/SIGINT,
  * then stops YARN (the NodeManager kills its containers) and HDFS, and exits.
  * Driven by ./scripts/minicluster.
+ *
+ * <p>While it runs it takes commands through files: WORK_DIR/control/NAME.cmd
+ * (written atomically) holds one command line; the answer is written to
+ * WORK_DIR/control/NAME.done ("ok ..." or "error ..."), then the .cmd file is
+ * removed. The one command is {@code restart-namenode DOWN_MILLIS}: stop the
+ * NameNode, keep it down for DOWN_MILLIS, start it again on the same ports (its
+ * clients reconnect) and wait until it is out of safe mode.
  */
 public final class MiniCluster {
 
@@ -96,8 +105,18 @@ public final class MiniCluster {
     // a busy developer disk must not mark the only node unhealthy (Spark's BaseYarnClusterSuite does the same)
     conf.set("yarn.nodemanager.disk-health-checker.max-disk-utilization-per-disk-percentage", "100.0");
     conf.set("yarn.nodemanager.disk-health-checker.min-free-space-per-disk-mb", "0");
-    // the minicluster jars ship no capacity-scheduler.xml: one queue, "default", all of the cluster
-    conf.set("yarn.scheduler.capacity.root.queues", "default");
+    // the minicluster jars ship no capacity-scheduler.xml: "default" has all of the cluster; two
+    // more queues refuse every application, for tests of a refused submission: "stopped" is
+    // STOPPED, "full" takes no more applications (maximum-applications 0)
+    conf.set("yarn.scheduler.capacity.root.queues", "default,stopped,full");
+    for (String q : new String[] {"stopped", "full"}) {
+      conf.set("yarn.scheduler.capacity.root." + q + ".capacity", "0");
+      conf.set("yarn.scheduler.capacity.root." + q + ".maximum-capacity", "100");
+      conf.set("yarn.scheduler.capacity.root." + q + ".acl_submit_applications", "*");
+    }
+    conf.set("yarn.scheduler.capacity.root.stopped.state", "STOPPED");
+    conf.set("yarn.scheduler.capacity.root.full.state", "RUNNING");
+    conf.set("yarn.scheduler.capacity.root.full.maximum-applications", "0");
     conf.set("yarn.scheduler.capacity.root.default.capacity", "100");
     conf.set("yarn.scheduler.capacity.root.default.maximum-capacity", "100");
     conf.set("yarn.scheduler.capacity.root.default.user-limit-factor", "1");
@@ -173,13 +192,18 @@ public final class MiniCluster {
     info.put("work.dir", workDir.getPath());
     info.put("pid", Long.toString(ProcessHandle.current().pid()));
     info.put("startup.seconds", seconds(started));
+    File control = new File(workDir, "control");
+    control.mkdirs();
+    info.put("control.dir", control.getPath());
     StringBuilder props = new StringBuilder();
     for (Map.Entry<String, String> e : info.entrySet()) {
       props.append(e.getKey()).append('=').append(e.getValue()).append('\n');
     }
     writeAtomically(new File(confDir, "cluster.properties"), props.toString());
     log("ready");
-    stop.await();
+    while (!stop.await(200, TimeUnit.MILLISECONDS)) {
+      serveControl(control, dfs);
+    }
     log("stopping YARN (the NodeManager kills its containers)");
     try {
       yarn.stop();
@@ -193,6 +217,51 @@ public final class MiniCluster {
       log("stopping HDFS: " + t);
     }
     log("stopped");
+  }
+
+  /** Runs the commands waiting in the control directory (see the class comment), oldest name first. */
+  private static void serveControl(File control, MiniDFSCluster dfs) {
+    File[] commands = control.listFiles((dir, name) -> name.endsWith(".cmd"));
+    if (commands == null || commands.length == 0) {
+      return;
+    }
+    Arrays.sort(commands);
+    for (File cmd : commands) {
+      String name = cmd.getName().substring(0, cmd.getName().length() - ".cmd".length());
+      String answer;
+      try {
+        String[] words = new String(Files.readAllBytes(cmd.toPath()), StandardCharsets.UTF_8).trim().split("\\s+");
+        answer = "ok " + runCommand(words, dfs);
+      } catch (Throwable t) {
+        log("command " + name + " failed: " + t);
+        answer = "error " + t;
+      }
+      try {
+        writeAtomically(new File(control, name + ".done"), answer + "\n");
+      } catch (IOException e) {
+        log("cannot answer command " + name + ": " + e);
+      }
+      cmd.delete();
+    }
+  }
+
+  private static String runCommand(String[] words, MiniDFSCluster dfs) throws Exception {
+    if (words.length == 2 && words[0].equals("restart-namenode")) {
+      long down = Long.parseLong(words[1]);
+      int port = dfs.getNameNodePort();
+      long begun = System.nanoTime();
+      log("restarting the NameNode (port " + port + "), down for " + down + " ms");
+      // the NameNode's configuration holds the ports it bound: it starts on them again
+      dfs.shutdownNameNode(0);
+      long stopped = System.nanoTime();
+      Thread.sleep(down);
+      dfs.restartNameNode(0, true);
+      String done = "NameNode on port " + dfs.getNameNodePort() + " unavailable for "
+          + seconds(stopped) + " (stopping it took " + String.format("%.1fs", (stopped - begun) / 1e9) + ")";
+      log(done);
+      return done;
+    }
+    throw new IllegalArgumentException("unknown command: " + String.join(" ", words));
   }
 
   private static int freePort() throws IOException {
