@@ -72,7 +72,9 @@ def test_clickstream_example_on_yarn(on_minicluster, tmp_path):
         len(want), want["window_start"].nunique(), int(want["views"].sum())]
 
     # Spark's checkpoint is under APP_PATH on HDFS, with the query's commits
-    app_path = stram_json("get-app-info", app_id)["app_path"]
+    path = re.search(r"^\s*app path: (\S+)$", proc.stderr, re.M)
+    assert path, proc.stderr[-3000:]
+    app_path = path.group(1)
     assert app_path.startswith(cluster.fs + "/")
     commits = cluster.hdfs("-ls", f"{app_path}/spark/analytics/commits")
     assert re.search(r"/commits/\d+$", commits, re.M), commits
