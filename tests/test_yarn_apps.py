@@ -6,8 +6,8 @@
   Parquet output on HDFS; the output equals an aggregation made here with pandas
   from the generator's lines.
 - A socket receiver with ``RECEIVER_WAL: true`` in EXACTLY_ONCE: its write-ahead
-  log is on HDFS (under APP_PATH); its YARN container is killed by the
-  NodeManager twice mid-stream; every line the receiver acknowledged is in the
+  log is on HDFS (under APP_PATH); its YARN container's process is killed
+  twice mid-stream; every line the receiver acknowledged is in the
   output on HDFS exactly once.
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import time
 from collections import Counter
@@ -24,7 +25,7 @@ import pytest
 
 from conftest import ROOT
 from e2ekit import wait_until
-from hadoop import collect_logs, stram, stram_json, yarn_container_id
+from hadoop import collect_logs, stram, stram_json
 
 pytestmark = [pytest.mark.yarn, pytest.mark.slow]
 
@@ -120,14 +121,14 @@ def test_receiver_wal_on_hdfs_survives_killed_containers(on_minicluster, tmp_pat
             wait_until(lambda: source.acked >= threshold, 300, f"{threshold} lines acknowledged", interval=1)
             rx = wait_until(lambda: _rx_container(app_id), 120, "the receiver's container", interval=1)
             acked = source.acked
-            out = cluster.run("yarn", "container", "-signal", yarn_container_id(rx["process"]), "FORCEFUL_SHUTDOWN")
-            assert "Signalling container" in out
+            os.kill(int(rx["process"].split("@")[0]), signal.SIGKILL)  # the node loses the process
             killed.append(rx["id"])
             wait_until(lambda: source.acked > acked + 100, 300, "acknowledgements after the recovery", interval=1)
         wait_until(lambda: source.acked == source.total, 300, "every line acknowledged", interval=1)
-        app_path = stram_json("get-app-info", app_id)["app_path"]
-        wal = cluster.hdfs("-ls", "-R", f"{app_path}/wal")
-        assert re.search(r"/wal/\S+/\d+$", wal, re.M), wal  # blocks of the log, on HDFS
+        info = stram_json("get-app-info", app_id)
+        assert info["receivers"]["rx"]["wal"] is True
+        wal = cluster.hdfs("-ls", f"{info['app_path']}/wal/1")
+        assert re.search(r"/wal/1/windows$", wal, re.M), wal  # the log's window index, on HDFS
         assert stram("shutdown-app", app_id).returncode == 0
         done = stram("wait", app_id, "--timeout", "300")
         assert done.returncode == 0, done.stdout + done.stderr
