@@ -17,6 +17,8 @@ import errno
 import functools
 import logging
 import os
+import shutil
+import subprocess
 import time
 import uuid
 from functools import lru_cache
@@ -44,10 +46,36 @@ def _split(uri: str) -> tuple[str, str]:
     return f"{scheme}://{authority}", "/" + path
 
 
+def hadoop_client_env() -> None:
+    """Give libhdfs its CLASSPATH from ``hadoop classpath --glob`` when none lists Hadoop's jars.
+
+    The JVM that libhdfs embeds does not expand ``dir/*`` entries and finds
+    nothing without a CLASSPATH; a user with Hadoop's client installed (or the
+    environment ``./scripts/minicluster start`` prints) should not have to set
+    it by hand to read ``hdfs://``. Leaves a CLASSPATH that lists jars alone.
+    """
+    current = os.environ.get("CLASSPATH", "")
+    if any(entry.endswith(".jar") and "hadoop" in os.path.basename(entry) for entry in current.split(os.pathsep)):
+        return
+    home = os.environ.get("HADOOP_HOME")
+    hadoop = shutil.which("hadoop") or (os.path.join(home, "bin", "hadoop") if home else None)
+    if not hadoop or not os.access(hadoop, os.X_OK):
+        return
+    try:
+        found = subprocess.run([hadoop, "classpath", "--glob"], capture_output=True, text=True, timeout=60,
+                               check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return
+    if found:
+        os.environ["CLASSPATH"] = found + (os.pathsep + current if current else "")
+
+
 @lru_cache(maxsize=32)
 def _filesystem(key: str) -> pafs.FileSystem:
     if key == "file://":
         return pafs.LocalFileSystem()
+    if key.startswith(("hdfs://", "viewfs://")):
+        hadoop_client_env()
     fs, _ = pafs.FileSystem.from_uri(key + "/")
     return fs
 
