@@ -47,14 +47,17 @@ def read_json(path: str) -> dict[str, Any] | None:
 
 
 def _alive(doc: dict[str, Any] | None) -> bool | None:
-    """Whether the process a ``{"pid", "started"}`` document names still runs (a zombie, or
-    another process that reuses the pid, does not); None when the document names none."""
+    """Whether the process a ``{"pid", "started"}`` document names still runs (one that is
+    exiting, a zombie, or another process that reuses the pid, does not); None when the
+    document names none."""
     if not doc or not doc.get("pid"):
         return None
     import psutil
+
+    from appmaster import liveness
     try:
         proc = psutil.Process(int(doc["pid"]))
-        if proc.status() == psutil.STATUS_ZOMBIE:
+        if liveness.ended(proc):
             return False
         started = doc.get("started")
         return not started or abs(proc.create_time() - float(started)) < 0.05

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import psutil
 
+from appmaster import liveness
+
 log = logging.getLogger("appmaster.launcher")
 
 
@@ -160,13 +162,13 @@ def proven_container(pid: int, started: float, container_id: str,
     """The live process ``pid`` if it is proven to be container ``container_id``: it started
     at ``started`` (``create_time``, as recorded at launch) and its environment carries
     ``STRAM_CONTAINER_ID=<container_id>`` (and ``STRAM_APP_ID=<app_id>`` when given).
-    None otherwise: gone, a zombie, another process that reuses the pid, or one we may
+    None otherwise: gone, exiting, a zombie, another process that reuses the pid, or one we may
     not inspect."""
     if not pid or not started:
         return None
     try:
         proc = psutil.Process(pid)
-        if abs(proc.create_time() - started) > START_TIME_TOLERANCE or proc.status() == psutil.STATUS_ZOMBIE:
+        if abs(proc.create_time() - started) > START_TIME_TOLERANCE or liveness.ended(proc):
             return None
         env = proc.environ()
     except psutil.Error:
@@ -217,12 +219,7 @@ class _Adopted:
         self._proc = proc
 
     def poll(self) -> int | None:
-        try:
-            if self._proc.status() == psutil.STATUS_ZOMBIE or not self._proc.is_running():
-                return -1
-        except psutil.NoSuchProcess:
-            return -1
-        return None
+        return -1 if liveness.ended(self._proc) else None
 
     def send_signal(self, signum: int) -> None:
         try:
