@@ -21,7 +21,7 @@ from appmaster.errors import UserError
 from container import apppath
 
 __all__ = ["TERMINAL", "stram_home", "apps_dir", "local_apps", "find_app", "read_json",
-           "yarn_configured"]
+           "yarn_configured", "token_path", "write_token", "read_token"]
 
 #: The states an application never leaves.
 TERMINAL = ("SUCCEEDED", "FAILED", "KILLED")
@@ -35,6 +35,34 @@ def stram_home() -> str:
 def apps_dir() -> str:
     """The directory of local applications: ``$STRAM_HOME/apps``."""
     return os.path.join(stram_home(), "apps")
+
+
+def token_path(app_id: str, yarn: bool = False) -> str:
+    """Where the machine that launched ``app_id`` keeps its secret: in a local application's
+    directory (``$STRAM_HOME/apps/<appId>/token``), or ``$STRAM_HOME/yarn/<appId>/token``."""
+    return os.path.join(stram_home(), "yarn" if yarn else "apps", app_id, apppath.TOKEN)
+
+
+def write_token(app_id: str, token: str, yarn: bool = False) -> str:
+    """Keep ``token`` where :func:`read_token` finds it, readable by its owner only; the path.
+    The directory is created ``0700`` if missing; the file is created ``0600`` before any
+    byte is written, so no one else ever sees it."""
+    path = token_path(app_id, yarn)
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        os.fchmod(fd, 0o600)
+        f.write(token)
+    return path
+
+
+def read_token(app_id: str, yarn: bool = False) -> str | None:
+    """The secret :func:`write_token` kept for ``app_id``; None when this machine has none."""
+    try:
+        with open(token_path(app_id, yarn)) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
 
 
 def read_json(path: str) -> dict[str, Any] | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from container import fs
 
-__all__ = ["HEARTBEAT_URI", "ADMIN", "SUPERVISOR", "STATUS", "JOURNAL", "SPEC", "LOGS", "file", "journal", "checkpoints",
+__all__ = ["HEARTBEAT_URI", "ADMIN", "SUPERVISOR", "STATUS", "JOURNAL", "SPEC", "LOGS", "TOKEN", "file", "journal", "checkpoints",
            "checkpoint", "wal", "spark_checkpoint"]
 
 #: The master's gRPC address, ``host:port``; agents read it to find their master.
@@ -32,6 +32,8 @@ JOURNAL = "journal"
 SPEC = "spec.yaml"
 #: Log files of a local application (the master's and one per container).
 LOGS = "logs"
+#: The application's secret, readable by its owner only, on the machine that launched it.
+TOKEN = "token"
 
 
 def file(app_path: str, name: str) -> str:

@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from appmaster.apps import TERMINAL, apps_dir, find_app, local_apps, yarn_configured
+from appmaster.apps import TERMINAL, apps_dir, find_app, local_apps, write_token, yarn_configured
 from appmaster.client import LocalRun, admin, app_info
 from appmaster.errors import StramError, UserError
 from appmaster.follow import follow
@@ -74,6 +74,7 @@ def launch(args: argparse.Namespace) -> int:
     with open(os.path.join(app_path, apppath.SPEC), "w") as f:
         f.write(spec.to_yaml())
     token = secrets.token_hex(16)
+    write_token(app_id, token)
     env = dict(os.environ, STRAM_TOKEN=token, STRAM_HOST="127.0.0.1")
     here = os.getcwd()
     env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")

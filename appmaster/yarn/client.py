@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
 import shutil
 import sys
 import tempfile
@@ -17,6 +18,7 @@ import time
 from typing import Any
 
 from appmaster.adminhttp import request_json
+from appmaster.apps import write_token
 from appmaster.errors import AdminRequestError, ClusterUnreachable, StramError
 from appmaster.follow import follow as follow_run, pause_note
 from appmaster.yarn.appspec import STRAM_TAG, application_spec, local_path_warnings
@@ -75,13 +77,14 @@ def submit(spec: Any, *, spec_path: str | None = None, detach: bool = False, dur
     for warning in local_path_warnings(spec):
         print(f"warning: {warning}", file=sys.stderr)
     staging = tempfile.mkdtemp(prefix=f"stram-yarn-{spec.name}-")
+    token = secrets.token_hex(16)
     try:
         aspec = application_spec(
             spec, spec_path, python_env=python_env or os.environ.get("STRAM_PYTHON_ENV") or None,
             principal=principal, keytab=keytab,
             app_path=app_path or os.environ.get("STRAM_YARN_APP_PATH") or None,
             node_label=node_label or os.environ.get("STRAM_YARN_NODE_LABEL") or None, staging_dir=staging,
-            max_attempts=int(spec.attribute("MASTER_ATTEMPTS")))
+            max_attempts=int(spec.attribute("MASTER_ATTEMPTS")), token=token)
         app_path = aspec.master.env["STRAM_APP_PATH"]
         with connect(principal, keytab, log_path=os.path.join(staging, "driver.log")) as client:
             check_resources(client, aspec, f" (queue {aspec.queue!r})")
