@@ -119,7 +119,11 @@ def local_apps() -> list[dict[str, Any]]:
             status["diagnostics"] = "the master process exited without a final state"
         status.setdefault("id", app_id)
         status["app_path"] = path
+        status_url = status.get("admin_url", "")
         status["admin_url"] = admin.get("url", "")
+        if status_url and status_url != status["admin_url"] and status.get("state") not in TERMINAL \
+                and not _alive(admin) and _alive({"pid": status.get("pid")}):
+            status["admin_url"] = status_url  # a new master attempt that cannot write admin.json yet
         out.append(status)
     return out
 

@@ -75,9 +75,11 @@ class Launcher(abc.ABC):
 class LocalLauncher(Launcher):
     """Containers as local processes (the embedded default)."""
 
-    def __init__(self, log_dir: str, cwd: str | None = None) -> None:
+    def __init__(self, log_dir: str, cwd: str | None = None, app_id: str = "") -> None:
         self.log_dir = log_dir
         self.cwd = cwd or os.getcwd()
+        #: Whose containers these are: a kill finds a container not (yet) taken over by its environment.
+        self.app_id = app_id
         self.processes: dict[str, subprocess.Popen] = {}
         #: Containers a new attempt could not take over: reported ended by poll().
         self._lost: list[tuple[str, int | None]] = []
@@ -108,6 +110,8 @@ class LocalLauncher(Launcher):
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             log.info("killed %s (pid %d)", container_id, proc.pid)
+        elif proc is None:  # a previous attempt's container this attempt has not taken over yet
+            stop_strays(self.app_id, container_id)
 
     def adopt(self, container_id: str, pid: int, started: float) -> bool:
         """Track a container a previous master attempt started (a new attempt takes over),

@@ -23,6 +23,7 @@ import time
 from typing import Any, Callable, Mapping
 
 from appmaster import scaling
+from appmaster.addressfiles import AddressFiles
 from appmaster.events import DiskFull, MasterPaused, Resumed
 from appmaster.journal import read_journal, write_journal
 from appmaster.launcher import ContainerRequest, Launcher
@@ -126,7 +127,7 @@ class Dispatcher:
         return action
 
 
-class AppMaster:
+class AppMaster(AddressFiles):
     """One running application master."""
 
     def __init__(self, spec: Any, app_id: str, app_path: str, token: str, launcher: Launcher,
@@ -386,40 +387,17 @@ class AppMaster:
         if register is not None:
             register(self.admin_url)
         # containers find the master in heartbeatUri: written last, once everything serves
-        self.keep_address_files(force=True)
+        no_space = self._write_address_files()
         log.info("application %s: umbilical at %s:%d, admin API at %s", self.app_id, self.host,
                  self.port, self.admin_url)
         if self.state.attempt == 1:
             self.dispatch(Start(_now()))
         else:  # a new attempt takes over the containers the previous master started
             self.dispatch(AdoptContainers(_now(), getattr(self.launcher, "adopt", None) is not None))
+        if no_space and self.state.state == "RUNNING":  # after the adoption: its containers are stopped too
+            log.error("the application fails: %s", no_space)
+            self.dispatch(DiskFull(_now(), no_space))
         self.write_status()
-
-    def address_files(self) -> dict[str, bytes]:
-        """What ``admin.json`` and ``heartbeatUri`` hold while this master runs."""
-        import psutil
-        admin = {"url": self.admin_url, "pid": os.getpid(), "host": self.host,
-                 "started": psutil.Process().create_time()}
-        return {apppath.ADMIN: json.dumps(admin).encode(),
-                apppath.HEARTBEAT_URI: f"{self.host}:{self.port}".encode()}
-
-    def keep_address_files(self, force: bool = False) -> list[str]:
-        """Write ``admin.json`` and ``heartbeatUri`` (in that order) where they are missing or
-        stale (``force``: always); the names rewritten. A new container finds its master only
-        through ``heartbeatUri``, so :meth:`run` checks them every :data:`KEEP_FILES_SECONDS`."""
-        rewritten = []
-        for name, data in self.address_files().items():
-            uri = apppath.file(self.app_path, name)
-            if not force:
-                try:
-                    if fs.read_bytes(uri) == data:
-                        continue
-                except OSError:
-                    pass  # missing or unreadable: rewrite it
-                log.warning("%s was missing or stale; rewriting it", name)
-            fs.write_atomic(uri, data)
-            rewritten.append(name)
-        return rewritten
 
     def run(self) -> str:
         """Serve until the application ends; returns its final state."""

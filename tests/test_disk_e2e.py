@@ -178,3 +178,54 @@ def test_journal_waits_for_space_while_a_container_is_recovered(tmp_path, monkey
         finally:
             if app_id:
                 kill_left(app_id, tmp_path)
+
+
+def test_new_master_attempt_waits_for_space_at_start(tmp_path, monkeypatch):
+    """The disk is full when the master dies: the next attempt starts, cannot write its address
+    files or journal, waits for space (saying so) instead of failing; freed, the run ends exact."""
+    with small_disk(tmp_path / "disk", 48) as disk:
+        app_id = ""
+        try:
+            app_id, out = launch_wordcount(disk, monkeypatch)
+            first = json.loads((disk / "home" / "apps" / app_id / "admin.json").read_text())["pid"]
+            filler = disk / "filler"
+            fill(filler)
+            os.kill(first, 9)
+            wait_until(lambda: [p for p in app_processes(app_id) if p.pid != first
+                                and "appmaster" in " ".join(p.cmdline()) and "supervise" not in " ".join(p.cmdline())],
+                       timeout=60, what="the supervisor to start attempt 2")  # its log is on the full disk
+            time.sleep(6)  # longer than a few heartbeat timeouts: the attempt waits, it does not fail
+            assert stram_apps.find_app(app_id)["state"] == "RUNNING", stram_apps.find_app(app_id)
+            info = wait_until(lambda: (i := admin(app_id, "info")) and i.get("paused") and i, timeout=60,
+                              what="the new attempt's get-app-info to say it waits for space")
+            assert "no space left on device" in info["diagnostics"], info
+            filler.unlink()
+            final = wait_final(app_id, timeout=240)
+            assert final["state"] == "SUCCEEDED", final.get("diagnostics")
+            sums, _, _ = read_counts(out)
+            assert sums == word_truth(MOBY), "counts differ from the direct count"
+            master_log = (disk / "home" / "apps" / app_id / "logs" / "master.log").read_text(errors="replace")
+            assert "master attempt 2 resumed from the journal" in master_log
+        finally:
+            if app_id:
+                kill_left(app_id, tmp_path)
+
+
+def test_new_master_attempt_on_a_disk_that_stays_full_fails_saying_why(tmp_path, monkeypatch):
+    """The next attempt waits DISK_FULL_TIMEOUT_SECS for space, then ends the application FAILED
+    with the diagnostic (not "exited without a final state"), its containers stopped."""
+    with small_disk(tmp_path / "disk", 48) as disk:
+        app_id = ""
+        try:
+            app_id, _ = launch_wordcount(disk, monkeypatch, "-D", "DISK_FULL_TIMEOUT_SECS=8")
+            first = json.loads((disk / "home" / "apps" / app_id / "admin.json").read_text())["pid"]
+            fill(disk / "filler")
+            os.kill(first, 9)
+            final = wait_final(app_id, timeout=120)
+            assert final["state"] == "FAILED", final
+            assert "no space left on device writing the " in final["diagnostics"], final  # files or journal
+            assert "without a final state" not in final["diagnostics"], final
+            assert "DISK_FULL_TIMEOUT_SECS=8" in final["diagnostics"], final["diagnostics"]
+        finally:
+            if app_id:
+                kill_left(app_id, tmp_path)
