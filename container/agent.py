@@ -431,7 +431,7 @@ class Agent:
             if upstream is not None:
                 out = upstream.outputs[inp.source_port_name]
                 if locality == "THREAD_LOCAL" and node.inline:
-                    out.add_direct(node.handlers[src], DirectSink(node, src))
+                    out.add_sink(DirectSink(node, src))
                 else:
                     out.add_sink(QueueSink(node, src))
                 continue

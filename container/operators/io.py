@@ -57,9 +57,7 @@ class LineReader(InputOperator):
         lines, self.offset = self._file.read_lines(n)
         if self._left is not None:
             self._left -= len(lines)
-        emit = self.output.emit
-        for line in lines:
-            emit(line)
+        self.output.emit_batch(lines)
         if len(lines) < n:
             raise ShutdownException("end of file")
 
@@ -140,6 +138,10 @@ class _LineFile:
         self._f.close()
 
 
+#: One JSON line of a tuple; one encoder for every call (``json.dumps`` with options builds one per call).
+_to_json = json.JSONEncoder(separators=(",", ":"), default=str).encode
+
+
 def drop_torn_line(uri: str) -> int:
     """Cut a JSON-lines file back to its last complete line; the bytes dropped.
 
@@ -214,7 +216,10 @@ class JsonLinesOutput(Operator):
         self._lines = []
 
     def process_input(self, tuple: Any) -> None:
-        self._lines.append(json.dumps(tuple, separators=(",", ":"), default=str))
+        self._lines.append(_to_json(tuple))
+
+    def process_batch(self, tuples: list) -> None:
+        self._lines.extend(map(_to_json, tuples))
 
     def end_window(self) -> None:
         if not self._lines:
