@@ -157,5 +157,7 @@ def start_admin(master: Any, host: str) -> tuple[Any, str]:
     """Serve the admin API on a free port in a thread; (server, base URL)."""
     server = make_server("0.0.0.0", 0, create_app(master), threaded=True)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    threading.Thread(target=server.serve_forever, daemon=True, name="admin-http").start()
+    # a short poll: shutdown() waits for the loop to notice (the default 0.5 s delayed every app's end)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True,
+                     name="admin-http").start()
     return server, f"http://{host}:{server.server_port}"
