@@ -53,6 +53,8 @@ ARROW_BATCH_SIZE = 16
 MAX_PAYLOAD_BYTES = 32 << 20
 #: Bound of a node's input queue, in messages (batches or control tuples).
 QUEUE_CAPACITY = 256
+#: Distinct str tuples whose partition tag a publisher remembers (then it starts over).
+TAG_CACHE_SIZE = 1 << 16
 
 
 def load_class(class_name: str) -> type:
@@ -76,14 +78,22 @@ class Sink:
 
 
 class QueueSink(Sink):
-    """CONTAINER_LOCAL: hands batches to a downstream node's queue, unencoded."""
+    """CONTAINER_LOCAL: hands batches to a downstream node's queue, unencoded.
+
+    A batch longer than ``BATCH_SIZE`` (one ``emit_batch`` of many tuples)
+    goes in pieces of that size, so the bounded queue bounds the tuples held.
+    """
 
     def __init__(self, node: "Node", source_index: int) -> None:
         self.node = node
         self.src = source_index
 
     def data(self, batch: list) -> None:
-        self.node.put(self.src, DATA, batch)
+        if len(batch) <= BATCH_SIZE:
+            self.node.put(self.src, DATA, batch)
+            return
+        for i in range(0, len(batch), BATCH_SIZE):
+            self.node.put(self.src, DATA, batch[i:i + BATCH_SIZE])
 
     def control(self, kind: int, window_id: int) -> None:
         self.node.put(self.src, kind, window_id)
@@ -118,6 +128,8 @@ class PublisherSink(Sink):
         self.mask = mask
         self.key = key
         self.bytes = 0
+        #: str tuple -> its tag, for the default key (words and the like repeat: one hash per distinct one)
+        self._tags: dict[str, int] = {}
 
     def data(self, batch: list) -> None:
         if not self.mask:
@@ -125,8 +137,22 @@ class PublisherSink(Sink):
             return
         mask, key = self.mask, self.key
         groups: dict[int, list] = collections.defaultdict(list)
-        for t in batch:
-            groups[partition_hash(key(t)) & mask].append(t)
+        if key is default_key:
+            tags = self._tags
+            if len(tags) > TAG_CACHE_SIZE:
+                tags.clear()
+            get = tags.get
+            for t in batch:
+                if type(t) is str:  # its own key; exactly str: 1 == 1.0 == True hash alike, not alike here
+                    tag = get(t)
+                    if tag is None:
+                        tag = tags[t] = partition_hash(t) & mask
+                else:
+                    tag = partition_hash(default_key(t)) & mask
+                groups[tag].append(t)
+        else:
+            for t in batch:
+                groups[partition_hash(key(t)) & mask].append(t)
         for tag, tuples in groups.items():
             self._publish(tag, tuples)
 

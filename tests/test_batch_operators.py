@@ -232,3 +232,55 @@ def test_engine_counts_every_stream_kind_per_batch(tmp_path, batch_form, lines_l
     assert len(n_count.stats) >= 4  # the counts spread over windows, not all in the last one
     windows = [s.window_id for s in n_count.stats if s.input_counts["input"]]
     assert len(windows) >= 4
+
+
+class Recorder:
+    """Stands in for a buffer-server publisher: keeps each (tag, payload)."""
+
+    def __init__(self) -> None:
+        self.frames: list = []
+
+    def payload(self, tag: int, data: bytes) -> None:
+        self.frames.append((tag, data))
+
+
+def test_a_publisher_tags_every_tuple_with_its_key_partition(monkeypatch):
+    """The str-tag cache must give the tag of partition_hash (never conflating 1, 1.0, True, "1")."""
+    from container import engine
+    from container.codec import get_codec
+    from container.partition import default_key, partition_hash
+    monkeypatch.setattr(engine, "TAG_CACHE_SIZE", 8)  # the cache starts over many times
+    rng = random.Random(11)
+    pool = ["whale", "sea", "1", "", "naïve", 1, 1.0, True, 2, 2.0, None, ("k", 2), {"key": "sea", "n": 1}, "ship"]
+    pool += [f"w{i}" for i in range(40)]
+    sink = engine.PublisherSink(Recorder(), "pickle", mask=3)
+    sent = []
+    for _ in range(30):
+        batch = [rng.choice(pool) for _ in range(rng.randrange(1, 200))]
+        sent.append(batch)
+        sink.data(batch)
+    codec = get_codec("pickle")
+    got: dict[int, list] = {}
+    for tag, data in sink.publisher.frames:
+        got.setdefault(tag, []).extend(codec.decode(data))
+    want: dict[int, list] = {}
+    for batch in sent:
+        for t in batch:
+            want.setdefault(partition_hash(default_key(t)) & 3, []).append(t)
+    assert got == want  # each tuple under its key's tag, in order
+
+
+def test_a_long_batch_reaches_a_queue_in_pieces_of_the_batch_size():
+    from container.engine import BATCH_SIZE, DATA
+    start = initial_window(int(time.time() * 1000))
+    downstream = node(9, Collect(), "GENERIC", start)
+    sink = QueueSink(downstream, downstream.add_source("input"))
+    items = list(range(BATCH_SIZE * 3 + 17))
+    sink.data(items)
+    pieces = []
+    while not downstream.queue.empty():
+        src, kind, value = downstream.queue.get_nowait()
+        assert kind == DATA
+        pieces.append(value)
+    assert [len(p) for p in pieces] == [BATCH_SIZE] * 3 + [17]
+    assert [t for p in pieces for t in p] == items
