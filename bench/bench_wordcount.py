@@ -1,6 +1,6 @@
 """Wall time of the word count over Moby-Dick ×N, in one container and across containers (run on demand).
 
-    python bench/bench_wordcount.py [--repeat 20] [--runs 3] [--layouts one,split]
+    python bench/bench_wordcount.py [--repeat 20] [--runs 3] [--layouts one,split] [--compare DIR]
 
 Writes ``specs/data/moby-dick.txt`` repeated ``--repeat`` times (×20 ≈ 24 MB,
 4.3M words) to a temporary directory, launches ``specs/wordcount.yaml`` on it
@@ -11,6 +11,9 @@ over the application's processes, beside a plain Python loop (the floor).
 
 Layouts: ``one`` (every stream CONTAINER_LOCAL: one container), ``split``
 (split and count in separate containers, count ×2, EXACTLY_ONCE).
+``--compare DIR`` also runs each layout from another checkout of stram (say, a
+``git worktree`` of an older commit), interleaved with this one's runs, so
+that both see the same machine load.
 """
 
 from __future__ import annotations
@@ -71,7 +74,7 @@ def sample_rss(home: str, stop: threading.Event, peak: list) -> None:
         time.sleep(0.1)
 
 
-def run_stram(layout: str, text: str, want: Counter) -> tuple[float, int]:
+def run_stram(layout: str, text: str, want: Counter, root: pathlib.Path = ROOT) -> tuple[float, int]:
     home = tempfile.mkdtemp(prefix="stram-bench-wc-")
     out = os.path.join(home, "out")
     env = dict(os.environ, STRAM_HOME=home, STRAM_LOG_LEVEL="WARNING")
@@ -83,7 +86,7 @@ def run_stram(layout: str, text: str, want: Counter) -> tuple[float, int]:
     proc = subprocess.run([sys.executable, "-m", "scripts.cli", "launch", "specs/wordcount.yaml",
                            "-D", f"operators.reader.path={text}", "-D", "operators.reader.lines_per_window=null",
                            "-D", f"operators.out.path={out}", *LAYOUTS[layout]],
-                          cwd=ROOT, env=env, capture_output=True, text=True)
+                          cwd=root, env=dict(env, PYTHONPATH=str(root)), capture_output=True, text=True)
     took = time.perf_counter() - started
     stop.set()
     sampler.join()
@@ -120,6 +123,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20, help="copies of Moby-Dick in the input")
     parser.add_argument("--runs", type=int, default=3, help="interleaved runs per system (median printed)")
     parser.add_argument("--layouts", default="one,split", help="comma-separated: one, split")
+    parser.add_argument("--compare", default="", help="another stram checkout to run beside this one")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="stram-bench-wc-")
     text = os.path.join(work, "moby.txt")
@@ -129,19 +133,24 @@ def main() -> None:
         f.write(data * args.repeat)
     want = truth(text)
     print(f"input: {os.path.getsize(text):,} bytes, {sum(want.values()):,} words, {len(want):,} distinct")
-    systems = ["loop"] + [x for x in args.layouts.split(",") if x]
+    layouts = [x for x in args.layouts.split(",") if x]
+    systems = ["loop"] + [f"{x}@{c}" for x in layouts for c in (["compare", "this"] if args.compare else ["this"])]
+    roots = {"this": ROOT, "compare": pathlib.Path(args.compare).resolve() if args.compare else ROOT}
     results: dict[str, list] = {s: [] for s in systems}
     for _ in range(args.runs):
         for system in systems:
-            results[system].append(run_loop(text, want) if system == "loop" else run_stram(system, text, want))
+            layout, _, which = system.partition("@")
+            results[system].append(run_loop(text, want) if system == "loop"
+                                   else run_stram(layout, text, want, roots[which]))
     floor = statistics.median(t for t, _ in results["loop"])
-    print(f"{'system':<28} {'wall s (median)':>16} {'runs':>24} {'x loop':>7} {'peak MB':>8}")
+    print(f"{'system':<38} {'wall s (median)':>16} {'runs':>24} {'x loop':>7} {'peak MB':>8}")
     for system in systems:
         times = [t for t, _ in results[system]]
         med = statistics.median(times)
+        layout, _, which = system.partition("@")
         name = {"loop": "plain Python loop", "one": "stram one container",
-                "split": "stram split/count x2"}[system]
-        print(f"{name:<28} {med:>16.2f} {' '.join(f'{t:.2f}' for t in times):>24} {med / floor:>7.2f} "
+                "split": "stram split/count x2"}[layout] + (f" ({which})" if args.compare else "")
+        print(f"{name:<38} {med:>16.2f} {' '.join(f'{t:.2f}' for t in times):>24} {med / floor:>7.2f} "
               f"{max(m for _, m in results[system]) / 2**20:>8.0f}")
 
 
