@@ -11,7 +11,8 @@ batch handler:
 A batch handler gets everything that arrived for the port in one go (on
 Arrow streams a list of ``pyarrow.RecordBatch``). The list is shared with
 the port's other consumers: read it, do not change it. When an operator
-defines both forms, the engine uses the batch form; the per-tuple form stays
+defines both forms, the engine uses the batch form (unless a subclass
+overrides only the per-tuple handler: then that one); the per-tuple form stays
 for direct callers and tests.
 """
 
@@ -24,10 +25,29 @@ from container.operator import input_ports
 __all__ = ["batch_handler", "has_batch_handler"]
 
 
+def _defined_in(cls: type, name: str) -> type | None:
+    """The class of ``cls``'s MRO whose own body defines ``name``."""
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            return klass
+    return None
+
+
 def _batch_method(operator: Any, port: str) -> Callable[[list], None] | None:
-    method = getattr(operator, f"process_{port}_batch", None)
-    if method is None and len(input_ports(type(operator))) == 1:
-        method = getattr(operator, "process_batch", None)
+    cls = type(operator)
+    name = f"process_{port}_batch"
+    method = getattr(operator, name, None)
+    if method is None and len(input_ports(cls)) == 1:
+        name = "process_batch"
+        method = getattr(operator, name, None)
+    if method is None:
+        return None
+    # a subclass that overrides only the per-tuple handler (of a built-in with both) is served per tuple
+    tuple_owner = _defined_in(cls, input_ports(cls)[port].handler_name)
+    batch_owner = _defined_in(cls, name)
+    if tuple_owner is not None and batch_owner is not None and tuple_owner is not batch_owner \
+            and issubclass(tuple_owner, batch_owner):
+        return None
     return method
 
 

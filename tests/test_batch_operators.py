@@ -284,3 +284,17 @@ def test_a_long_batch_reaches_a_queue_in_pieces_of_the_batch_size():
         pieces.append(value)
     assert [len(p) for p in pieces] == [BATCH_SIZE] * 3 + [17]
     assert [t for p in pieces for t in p] == items
+
+
+def test_a_subclass_overriding_only_the_tuple_handler_is_served_per_tuple():
+    class Shout(WordSplitter):
+        def process_input(self, line: str) -> None:
+            self.output.emit(line.upper())
+
+    class ShoutBatch(Shout):
+        def process_batch(self, lines: list) -> None:
+            self.output.emit_batch([line.upper() + "!" for line in lines])
+
+    assert not has_batch_handler(Shout(), "input") and has_batch_handler(ShoutBatch(), "input")
+    assert feed(Shout(), [["a b", "c"]], batch_form=True) == ["A B", "C"]
+    assert feed(ShoutBatch(), [["a b", "c"]], batch_form=True) == ["A B!", "C!"]
