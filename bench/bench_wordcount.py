@@ -142,6 +142,8 @@ def main() -> None:
             layout, _, which = system.partition("@")
             results[system].append(run_loop(text, want) if system == "loop"
                                    else run_stram(layout, text, want, roots[which]))
+            took, peak = results[system][-1]
+            print(f"  run {len(results[system])}: {system:<16} {took:7.2f} s {peak / 2**20:6.0f} MB", flush=True)
     floor = statistics.median(t for t, _ in results["loop"])
     print(f"{'system':<38} {'wall s (median)':>16} {'runs':>24} {'x loop':>7} {'peak MB':>8}")
     for system in systems:
