@@ -181,7 +181,7 @@
     }
     const columns = [];
     ops.forEach((o) => { (columns[layer.get(o)] = columns[layer.get(o)] || []).push(o); });
-    const W = 160, H = 50, GAP_X = 110, GAP_Y = 40, PAD = 20;
+    const W = 160, H = 50, GAP_X = 170, GAP_Y = 40, PAD = 20;
     const pos = new Map();
     columns.forEach((col, x) => col.forEach((o, y) => pos.set(o, {x: PAD + x * (W + GAP_X), y: PAD + y * (H + GAP_Y)})));
     const width = PAD * 2 + columns.length * (W + GAP_X) - GAP_X;
@@ -279,9 +279,9 @@
     existing.forEach((tr) => tr.remove());
   }
 
-  const OP_COLUMNS = ['id', 'label', 'container', 'state', 'num processed-rate', 'num emitted-rate',
+  const OP_COLUMNS = ['id', 'label', 'container', 'state', 'num processed-rate', 'num emitted-rate', 'chart',
                       'num processed-total', 'num latency', 'window current', 'window checkpoint',
-                      'window recovery', 'num failures', 'chart'];
+                      'window recovery', 'num failures'];
 
   function drawOperators(rows, windows) {
     lastOperators = rows; lastWindows = windows;
@@ -301,15 +301,15 @@
       c[3].className = 'state-cell op-state-' + r.state.toLowerCase() + (r.blocked ? ' blocked' : '');
       setText(c[4], fmtNumber(rate(h, 'processed'), 1));
       setText(c[5], fmtNumber(rate(h, 'emitted'), 1));
-      setText(c[6], fmtNumber(r.tuples_processed_total));
-      setText(c[7], w && w.latency_millis !== null ? fmtNumber(w.latency_millis) : '–');
-      setText(c[8], windowHex(r.current_window));
-      setText(c[9], w ? windowHex(w.checkpoint) : '–');
-      setText(c[10], windowHex(r.recovery_checkpoint));
-      setText(c[11], r.restarts);
-      c[11].title = r.last_error || '';
-      c[11].classList.toggle('failed', r.restarts > 0);
-      c[12].replaceChildren(sparkline(h));
+      c[6].replaceChildren(sparkline(h));
+      setText(c[7], fmtNumber(r.tuples_processed_total));
+      setText(c[8], w && w.latency_millis !== null ? fmtNumber(w.latency_millis) : '–');
+      setText(c[9], windowHex(r.current_window));
+      setText(c[10], w ? windowHex(w.checkpoint) : '–');
+      setText(c[11], windowHex(r.recovery_checkpoint));
+      setText(c[12], r.restarts);
+      c[12].title = r.last_error || '';
+      c[12].classList.toggle('failed', r.restarts > 0);
     });
   }
 
