@@ -146,3 +146,34 @@ def test_the_documents_through_the_admin_app(client):
     assert set(windows["operators"]) == {str(i) for i in run.state.plan.operators}
     assert windows["window_millis"] == 250 and windows["committed_window"] == run.state.committed
     assert proto  # the generated code imports (statekit's heartbeats need it)
+
+
+def test_the_yarn_launcher_links_a_live_container_to_its_nodemanager_page(monkeypatch):
+    import skein
+
+    from appmaster.yarn import YarnLauncher
+
+    class Client:
+        """The part of a skein.ApplicationClient that launch and log_page use."""
+
+        def __init__(self) -> None:
+            self.added = 0
+
+        def add_container(self, service, env=None):  # noqa: ANN001
+            self.added += 1
+            return skein.model.Container(service, self.added - 1, "REQUESTED", "", "", None, None, "")
+
+        def get_containers(self, services=None, states=None):  # noqa: ANN001
+            return [skein.model.Container("container", 0, "RUNNING", "container_e7_0001_01_000002",
+                                          "nm1:8042", None, None, ""),
+                    skein.model.Container("container", 1, "REQUESTED", "", "", None, None, "")]
+
+    monkeypatch.setenv("USER", "alice")
+    launcher = YarnLauncher(Client(), {"container": (1024, 1)})
+    from appmaster.launcher import ContainerRequest
+    launcher.launch(ContainerRequest("container_000001", 1024, 1, (), {}))
+    launcher.launch(ContainerRequest("container_000002", 1024, 1, (), {}))
+    assert launcher.log_page("container_000001") == \
+        "http://nm1:8042/node/containerlogs/container_e7_0001_01_000002/alice"
+    assert launcher.log_page("container_000002") is None  # requested, not placed yet
+    assert launcher.log_page("container_000099") is None
