@@ -13,9 +13,13 @@ test's tmp dir); ``STRAM_CONSOLE_SCREENSHOT=PATH`` writes another copy there
 
 from __future__ import annotations
 
+import http.server
 import os
 import shutil
+import threading
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -223,12 +227,62 @@ def test_console_follows_a_wordcount_and_kills_a_container_from_the_page(tmp_pat
             wait_final(app_id, timeout=60)
 
 
-def test_an_application_named_like_a_script_shows_as_text(tmp_path, chromium):
+class PrefixProxy:
+    """A reverse proxy serving ``target`` under ``/proxy/<app>/pages/stram/``, as YARN's RM proxy and
+    Skein's web UI do (GET and PUT only, like YARN's): the console must work with relative URLs."""
+
+    def __init__(self, target: str, prefix: str) -> None:
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:  # noqa: ANN002
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802
+                self.forward()
+
+            def do_PUT(self) -> None:  # noqa: N802
+                self.forward()
+
+            def forward(self) -> None:
+                if not self.path.startswith(prefix):
+                    self.send_error(404)
+                    return
+                outer.paths.append(self.path)
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) or None
+                headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "authorization")}
+                req = urllib.request.Request(target + "/" + self.path[len(prefix):].lstrip("/"), data=body,
+                                             method=self.command, headers=headers)
+                try:
+                    with urllib.request.urlopen(req, timeout=30) as resp:
+                        status, data, ctype = resp.status, resp.read(), resp.headers.get("Content-Type", "")
+                except urllib.error.HTTPError as exc:
+                    status, data, ctype = exc.code, exc.read(), exc.headers.get("Content-Type", "")
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.paths: list[str] = []
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}{prefix}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_an_application_named_like_a_script_shows_as_text_behind_a_proxy(tmp_path, chromium):
     app_id = launch_detached(_spec(tmp_path, XSS_NAME, WORDS, 100))
-    page = None
+    page = proxy = None
     try:
-        page = Page(chromium, _console_url(app_id))
+        proxy = PrefixProxy(_console_url(app_id).rstrip("/"), f"/proxy/{app_id}/pages/stram")
+        page = Page(chromium, proxy.url)  # no trailing slash: the page adds it
         p = page.page
+        assert p.url == proxy.url + "/"
+        assert any(path.endswith("/pages/stram/ws/v2/stram/snapshot") for path in proxy.paths)
         wait_until(lambda: p.inner_text("#app-name") == XSS_NAME, timeout=30, what="the name shown as text")
         assert p.title() == f"{XSS_NAME} · stram"
         assert p.evaluate("document.querySelectorAll('img').length") == 0
@@ -239,9 +293,12 @@ def test_an_application_named_like_a_script_shows_as_text(tmp_path, chromium):
         p.click("#kill-app")
         assert page.dialogs == [("confirm", f"Kill {XSS_NAME}? Every container is stopped now.")]
         assert wait_final(app_id, timeout=60)["state"] == "KILLED"
+        assert any(path.endswith("/pages/stram/ws/v2/stram/kill") for path in proxy.paths)
     finally:
         if page is not None:
             page.close()
+        if proxy is not None:
+            proxy.close()
         if stram_apps.find_app(app_id).get("state") not in stram_apps.TERMINAL:
             from scripts import cli
             cli.main(["kill-app", app_id])
