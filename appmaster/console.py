@@ -116,12 +116,6 @@ def _tail_arg() -> int:
     return tail
 
 
-def _local_log_files(log_dir: str) -> list[applogs.LogFile]:
-    names = sorted(n for n in os.listdir(log_dir) if os.path.isfile(os.path.join(log_dir, n)))
-    return [applogs.LogFile(n, log_dir, os.path.getsize(os.path.join(log_dir, n)),
-                            lambda p=os.path.join(log_dir, n): applogs._read_text(p)) for n in names]
-
-
 def register(app: Flask, master: Any) -> None:
     """Add the console's page, its assets and its documents to the admin server's app."""
 
@@ -172,7 +166,7 @@ def register(app: Flask, master: Any) -> None:
         if not log_dir or not os.path.isdir(log_dir):
             return jsonify({"error": "this master's containers keep no log files it can read"}), 404
         try:
-            files = applogs.pick(_local_log_files(log_dir), container_id)
+            files = applogs.pick(applogs.logs_in(log_dir), container_id)
         except UserError as exc:
             return jsonify({"error": str(exc)}), 404
         text = applogs.render(files, tail)

@@ -83,7 +83,9 @@ def client(tmp_path):
     logs = tmp_path / "logs"
     logs.mkdir()
     cid = run.cid("src")
-    (logs / f"{cid}.log").write_text("".join(f"line {i}\n" for i in range(1, 801)))
+    (logs / f"{cid}.log.2").write_text("".join(f"line {i}\n" for i in range(1, 201)))  # rotated, oldest
+    (logs / f"{cid}.log.1").write_text("".join(f"line {i}\n" for i in range(201, 401)))
+    (logs / f"{cid}.log").write_text("".join(f"line {i}\n" for i in range(401, 801)))
     app = create_app(master(run, SimpleNamespace(log_dir=str(logs))))
     return app.test_client(), run
 
