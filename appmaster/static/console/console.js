@@ -19,7 +19,7 @@
     sessionStorage.setItem('stramToken', params.get('token'));
     params.delete('token');
     const rest = params.toString();
-    history.replaceState(null, '', location.pathname + location.search + (rest ? '#' + rest : ''));
+    window.history.replaceState(null, '', location.pathname + location.search + (rest ? '#' + rest : ''));
   }
 
   async function api(path, options) {
@@ -101,7 +101,7 @@
   }
 
   // ------------------------------------------------------------ state kept by the page
-  const history = new Map();        // operator id -> [{t, processed, emitted, cpu}]
+  const samples = new Map();        // operator id -> [{t, processed, emitted, cpu}]
   let logical = null;               // the logicalPlan document
   let logicalKey = '';              // operator ids + partition counts it was drawn for
   let filter = null;                // the logical operator whose partitions are listed
@@ -111,14 +111,14 @@
     const seen = new Set();
     rows.forEach((r) => {
       seen.add(r.id);
-      let h = history.get(r.id);
-      if (!h) history.set(r.id, h = []);
+      let h = samples.get(r.id);
+      if (!h) samples.set(r.id, h = []);
       const last = h[h.length - 1];
       if (last && (r.tuples_processed_total < last.processed || r.tuples_out_total < last.emitted)) h.length = 0;
       h.push({t: now, processed: r.tuples_processed_total, emitted: r.tuples_out_total, cpu: r.cpu_seconds_total});
       while (h.length > 2 && h[0].t < now - HISTORY_MILLIS) h.shift();
     });
-    Array.from(history.keys()).forEach((id) => { if (!seen.has(id)) history.delete(id); });
+    Array.from(samples.keys()).forEach((id) => { if (!seen.has(id)) samples.delete(id); });
   }
 
   // per second over the last RATE_MILLIS of samples ending at index `end`
@@ -254,9 +254,11 @@
     }
     svg.setAttribute('data-points', points.length);
     if (points.length < 2) return svg;
-    const t1 = points[points.length - 1][0], t0 = t1 - HISTORY_MILLIS;
+    // the last 5 minutes; until there are that many, the time since the page was opened
+    const t1 = points[points.length - 1][0], t0 = Math.max(points[0][0], t1 - HISTORY_MILLIS);
+    const span = Math.max(1, t1 - t0);
     const max = Math.max(1, ...points.map((p) => p[1]));
-    const coords = points.map((p) => ((p[0] - t0) / HISTORY_MILLIS * (W - 2) + 1).toFixed(1) + ','
+    const coords = points.map((p) => ((p[0] - t0) / span * (W - 2) + 1).toFixed(1) + ','
                                      + (H - 2 - p[1] / max * (H - 4)).toFixed(1));
     svg.append(svgEl('polyline', {points: coords.join(' '), className: 'spark-line'}));
     svg.append(svgEl('title', {}, 'max ' + fmtNumber(max, 1) + ' tuples/s'));
@@ -292,7 +294,7 @@
     Array.from(tbody.rows).forEach((tr) => {
       const r = byId.get(tr.dataset.key);
       const c = tr.cells;
-      const h = history.get(r.id) || [];
+      const h = samples.get(r.id) || [];
       const w = windows && windows.operators[String(r.id)];
       setText(c[0], r.id);
       setText(c[1], r.label);
@@ -334,7 +336,7 @@
       const running = c.state === 'RUNNING';
       let cpu = null;
       operators.filter((r) => r.container === c.id).forEach((r) => {
-        const v = rate(history.get(r.id) || [], 'cpu');
+        const v = rate(samples.get(r.id) || [], 'cpu');
         if (v !== null) cpu = (cpu || 0) + v * 100;
       });
       setText(cells[0], c.id);
