@@ -31,6 +31,7 @@ from flask import Flask, Response, jsonify, request, send_from_directory
 
 from appmaster import logs as applogs
 from appmaster.errors import UserError
+from appmaster.reports import window_hex
 from container.windows import window_millis
 
 __all__ = ["register", "STATIC_DIR", "logical_plan", "window_report", "LOG_TAIL_DEFAULT", "LOG_TAIL_MAX"]
@@ -87,7 +88,8 @@ def window_report(state: Any, now_millis: int) -> dict[str, Any]:
     An operator's latency is how long after its nominal end its newest reported
     window ended at the operator (``end_millis - window end``, at least 0): the
     time tuples take to arrive through the DAG plus the operator's own work.
-    Call under the master's lock.
+    Window ids are also given in hex (``*_hex``, as Apex prints them): a
+    browser's JSON numbers cannot hold 64 bits exactly. Call under the master's lock.
     """
     size = int(state.attr("STREAMING_WINDOW_SIZE_MILLIS"))
     committed_end = window_millis(state.committed + 1, size)
@@ -97,9 +99,12 @@ def window_report(state: Any, now_millis: int) -> dict[str, Any]:
         last = history[-1] if history else None
         checkpoint = op.checkpoints[-1] if op.checkpoints else None
         operators[str(op.id)] = {
-            "checkpoint": checkpoint,
+            "checkpoint": checkpoint, "checkpoint_hex": None if checkpoint is None else window_hex(checkpoint),
+            "current_window_hex": window_hex(op.current_window),
+            "recovery_checkpoint_hex": window_hex(op.recovery_checkpoint),
             "latency_millis": max(0, last.end_millis - window_millis(last.window_id + 1, size)) if last else None}
     return {"now_millis": now_millis, "window_millis": size, "committed_window": state.committed,
+            "committed_window_hex": window_hex(state.committed),
             "committed_millis": committed_end,
             "committed_lag_seconds": max(0.0, (now_millis - committed_end) / 1000),
             "operators": operators}

@@ -69,7 +69,11 @@ def test_latency_is_how_long_after_its_end_a_window_reached_the_operator():
     report = console.window_report(run.state, now_millis=window_end + 2_000)
     src = report["operators"][str(run.id("src"))]
     assert src["latency_millis"] == 40 and src["checkpoint"] == run.w(4)
-    assert report["operators"][str(run.id("out"))] == {"checkpoint": None, "latency_millis": None}
+    # ids as hex too: exactly, where a browser's numbers would round them
+    assert int(src["checkpoint_hex"], 16) == run.w(4) and int(src["current_window_hex"], 16) == run.w(5)
+    assert int(src["recovery_checkpoint_hex"], 16) == run.op("src").recovery_checkpoint
+    out = report["operators"][str(run.id("out"))]
+    assert (out["checkpoint"], out["checkpoint_hex"], out["latency_millis"]) == (None, None, None)
     # the committed window's end in wall-clock time, and how far it lags
     committed_end = START_MILLIS - START_MILLIS % 1000 + (run.state.committed - run.base) * size  # w(k) ends k windows in
     assert report["committed_millis"] == committed_end

@@ -79,9 +79,13 @@
     return Number(n).toLocaleString('en-US', {maximumFractionDigits: digits || 0, minimumFractionDigits: digits || 0});
   }
 
-  function windowHex(id) {
-    if (id === null || id === undefined) return '–';
-    return BigInt.asUintN(64, BigInt(id)).toString(16);
+  // window ids come as hex strings: JSON numbers lose the low bits of 64-bit ids in a browser
+  function windowHex(hex) {
+    return hex === null || hex === undefined ? '–' : hex;
+  }
+
+  function windowDecimal(hex) {
+    return hex ? BigInt.asIntN(64, BigInt('0x' + hex)).toString() : '';
   }
 
   function fmtDuration(millis) {
@@ -147,8 +151,8 @@
     const now = Date.now() + clockOffset;
     const end = info.finished_millis || now;
     setText($('app-uptime'), fmtDuration(end - info.started_millis));
-    setText($('app-committed'), windowHex(info.committed_window));
-    $('app-committed').title = String(info.committed_window);
+    setText($('app-committed'), windowHex(info.committed_window_hex));
+    $('app-committed').title = windowDecimal(info.committed_window_hex);
     if (windows) {
       setText($('app-committed-time'), new Date(windows.committed_millis).toLocaleString());
       setText($('app-lag'), fmtNumber(windows.committed_lag_seconds, 1) + ' s');
@@ -306,9 +310,9 @@
       c[6].replaceChildren(sparkline(h));
       setText(c[7], fmtNumber(r.tuples_processed_total));
       setText(c[8], w && w.latency_millis !== null ? fmtNumber(w.latency_millis) : '–');
-      setText(c[9], windowHex(r.current_window));
-      setText(c[10], w ? windowHex(w.checkpoint) : '–');
-      setText(c[11], windowHex(r.recovery_checkpoint));
+      setText(c[9], w ? windowHex(w.current_window_hex) : '–');
+      setText(c[10], w ? windowHex(w.checkpoint_hex) : '–');
+      setText(c[11], w ? windowHex(w.recovery_checkpoint_hex) : '–');
       setText(c[12], r.restarts);
       c[12].title = r.last_error || '';
       c[12].classList.toggle('failed', r.restarts > 0);
