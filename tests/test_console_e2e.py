@@ -3,7 +3,9 @@
 The browser is Debian's ``chromium`` driven by Playwright for Python
 (``executable_path``: nothing downloaded). What the page shows is compared
 with the admin API's answers and, at the end, the application's output with
-the words counted here from the input file. Without chromium or Playwright
+the words counted here from the input file. The second test opens the console
+behind a prefix proxy like YARN's (``/proxy/<app>/pages/stram``, GET and PUT
+only), with a token in the address, for an application named like a script. Without chromium or Playwright
 the tests are skipped saying why; with ``CI=true`` they fail instead.
 
 A screenshot of the console is written to ``$STRAM_TEST_ARTIFACTS`` (or the
@@ -286,7 +288,7 @@ class PrefixProxy:
         self.server.server_close()
 
 
-def test_an_application_named_like_a_script_shows_as_text_behind_a_proxy(tmp_path, chromium):
+def test_behind_a_proxy_a_script_name_shows_as_text_and_scale_and_kill_work(tmp_path, chromium):
     app_id = launch_detached(_spec(tmp_path, XSS_NAME, WORDS, 100))
     page = proxy = None
     try:
@@ -305,9 +307,22 @@ def test_an_application_named_like_a_script_shows_as_text_behind_a_proxy(tmp_pat
         assert p.evaluate("document.querySelectorAll('script').length") == 2  # the page's own two
         time.sleep(1.5)  # more polls: nothing the name could run shows up later either
         assert page.dialogs == [] and page.errors == []
+        # scale from the page (a PUT through the proxy): the DAG and the table follow
+        p.select_option("#scale-operator", "split")
+        p.fill("#scale-count", "3")
+        p.click("#scale-form button[type=submit]")
+        assert page.dialogs == [("confirm", "Give split 3 partitions?")]
+        said = wait_until(lambda: p.inner_text("#message"), timeout=90, what="the scale's answer")
+        assert said == "split: 2 → 3 partitions", said
+        wait_until(lambda: p.eval_on_selector("#dag a.dag-operator[data-operator=split]", "n => n.textContent")
+                   .endswith("3 partitions"), timeout=30, what="the DAG to show split's 3 partitions")
+        splits = {str(r["id"]) for r in admin(app_id, "operators")["operators"] if r["name"] == "split"}
+        assert len(splits) == 3
+        wait_until(lambda: {k for k, cells in page.rows("operators").items() if cells[1].startswith("split[")}
+                   == splits, timeout=30, what="the table to list split's 3 partitions")
         # the kill action names it as text in its confirmation
         p.click("#kill-app")
-        assert page.dialogs == [("confirm", f"Kill {XSS_NAME}? Every container is stopped now.")]
+        assert page.dialogs[-1] == ("confirm", f"Kill {XSS_NAME}? Every container is stopped now.")
         assert wait_final(app_id, timeout=60)["state"] == "KILLED"
         assert any(path.endswith("/pages/stram/ws/v2/stram/kill") for path in proxy.paths)
     finally:
