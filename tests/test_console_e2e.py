@@ -38,7 +38,7 @@ XSS_NAME = "<script>alert(1)</script><img src=x onerror=alert(2)>"
 
 def _missing(why: str) -> None:
     if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"the console's browser tests cannot run: {why}")
+        pytest.fail(f"the console's browser tests cannot run without {why}")
     pytest.skip(f"the console's browser tests need {why}")
 
 
@@ -126,6 +126,11 @@ def _console_url(app_id: str) -> str:
     return url + "/"
 
 
+def _all_active(app_id: str) -> bool:
+    rows = (admin(app_id, "operators") or {}).get("operators", [])
+    return len(rows) == 6 and all(r["state"] == "ACTIVE" for r in rows)
+
+
 def _running_count_container(app_id: str) -> str | None:
     for row in (admin(app_id, "containers") or {}).get("containers", []):
         if row["state"] == "RUNNING" and "count" in row["operators"]:
@@ -138,8 +143,7 @@ def test_console_follows_a_wordcount_and_kills_a_container_from_the_page(tmp_pat
     app_id = launch_detached(_spec(tmp_path, "wordcount", MOBY, 60))
     page = None
     try:
-        wait_until(lambda: len([r for r in (admin(app_id, "operators") or {}).get("operators", [])
-                                if r["state"] == "ACTIVE"]) == 6, timeout=60, what="every operator ACTIVE")
+        wait_until(lambda: _all_active(app_id), timeout=60, what="every operator ACTIVE")
         page = Page(chromium, _console_url(app_id))
         p = page.page
         p.evaluate("window.__sameDocument = true")  # gone if the page reloaded
@@ -308,6 +312,7 @@ def test_behind_a_proxy_a_script_name_shows_as_text_and_scale_and_kill_work(tmp_
         time.sleep(1.5)  # more polls: nothing the name could run shows up later either
         assert page.dialogs == [] and page.errors == []
         # scale from the page (a PUT through the proxy): the DAG and the table follow
+        wait_until(lambda: _all_active(app_id), timeout=60, what="every operator ACTIVE (scale refuses before)")
         p.select_option("#scale-operator", "split")
         p.fill("#scale-count", "3")
         p.click("#scale-form button[type=submit]")
