@@ -79,7 +79,7 @@ class Page:
         self.page.on("pageerror", lambda exc: self.errors.append(str(exc)))
         self.page.on("dialog", self._dialog)
         self.page.goto(url)
-        self.page.wait_for_function("Number(document.body.dataset.polls || 0) >= 2", timeout=30_000)
+        self.page.wait_for_function("Number(document.body.dataset.polls || 0) >= 2", timeout=60_000)
 
     def _dialog(self, dialog) -> None:  # noqa: ANN001
         self.dialogs.append((dialog.type, dialog.message))
@@ -140,7 +140,7 @@ def _running_count_container(app_id: str) -> str | None:
 
 def test_console_follows_a_wordcount_and_kills_a_container_from_the_page(tmp_path, chromium, artifacts):
     lines = len(MOBY.read_text().splitlines())
-    app_id = launch_detached(_spec(tmp_path, "wordcount", MOBY, 60))
+    app_id = launch_detached(_spec(tmp_path, "wordcount", MOBY, 30))  # 71 s of input at least
     page = None
     try:
         wait_until(lambda: _all_active(app_id), timeout=60, what="every operator ACTIVE")
@@ -159,26 +159,13 @@ def test_console_follows_a_wordcount_and_kills_a_container_from_the_page(tmp_pat
         assert set(shown_containers) == {c["id"] for c in api_containers}
         assert p.inner_text("#app-name") == "wordcount" and p.inner_text("#app-id") == app_id
 
-        # the DAG shows every logical operator, with its partition count, and every stream
-        dag = p.eval_on_selector_all("#dag a.dag-operator", "ns => ns.map(n => [n.dataset.operator, n.textContent])")
-        assert sorted(name for name, _ in dag) == ["count", "out", "reader", "split"]
-        assert dict(dag)["split"].endswith("2 partitions") and dict(dag)["count"].endswith("1 partition")
-        streams = p.eval_on_selector_all("#dag g.stream", "gs => gs.map(g => g.textContent)")
-        assert sorted(streams) == ["counts · THREAD_LOCAL", "lines", "words"]
-        # an operator links to its partitions
-        p.click("#dag a.dag-operator[data-operator=split]")
-        wait_until(lambda: sorted(r[1] for r in page.rows("operators").values()) == ["split[0]", "split[1]"],
-                   timeout=10, what="split's partitions listed")
-        p.click("#op-filter-clear")
-        wait_until(lambda: len(page.rows("operators")) == len(api_ops), timeout=10, what="every operator again")
-
         # counters rise between two reads, without a reload
         reader = next(str(r["id"]) for r in api_ops if r["name"] == "reader")
         count = next(str(r["id"]) for r in api_ops if r["name"] == "count")
         first = page.rows("operators")
         wait_until(lambda: _number(page.rows("operators")[reader][7]) > _number(first[reader][7])
                    and _number(page.rows("operators")[count][7]) > _number(first[count][7]),
-                   timeout=30, what="the reader's and count's processed totals to rise on the page")
+                   timeout=30, what=f"the reader's and count's processed totals to rise on the page from {first}")
         assert p.evaluate("window.__sameDocument") is True
         assert _number(page.rows("operators")[reader][4]) > 0  # processed/s
         # window ids exactly (64 bits: the page must not round them)
@@ -193,6 +180,21 @@ def test_console_follows_a_wordcount_and_kills_a_container_from_the_page(tmp_pat
         wait_until(lambda: p.eval_on_selector(f"#operators tr[data-key='{count}'] svg.spark",
                                               "s => Number(s.dataset.points)") >= 8,
                    timeout=30, what="count's throughput chart (8 points)")
+
+        # the DAG shows every logical operator, with its partition count, and every stream
+        dag = p.eval_on_selector_all("#dag a.dag-operator", "ns => ns.map(n => [n.dataset.operator, n.textContent])")
+        assert sorted(name for name, _ in dag) == ["count", "out", "reader", "split"]
+        assert dict(dag)["split"].endswith("2 partitions") and dict(dag)["count"].endswith("1 partition")
+        streams = p.eval_on_selector_all("#dag g.stream", "gs => gs.map(g => g.textContent)")
+        assert sorted(streams) == ["counts · THREAD_LOCAL", "lines", "words"]
+        # an operator links to its partitions
+        p.click("#dag a.dag-operator[data-operator=split]")
+        wait_until(lambda: sorted(r[1] for r in page.rows("operators").values()) == ["split[0]", "split[1]"],
+                   timeout=10, what="split's partitions listed")
+        p.click("#op-filter-clear")
+        wait_until(lambda: len(page.rows("operators")) == len(api_ops), timeout=10, what="every operator again")
+
+        p.evaluate("window.scrollTo(0, 0)")
         p.screenshot(path=os.path.join(artifacts, "console.png"), full_page=True)
         if os.environ.get("STRAM_CONSOLE_SCREENSHOT"):
             p.screenshot(path=os.environ["STRAM_CONSOLE_SCREENSHOT"], full_page=False)
