@@ -150,9 +150,13 @@ def kafka(tmp_path_factory) -> Iterator[Broker]:
         unavailable(f"./scripts/kafka start failed:\n{proc.stderr.strip()[-3000:]}")
     sys.stderr.write(proc.stderr)
     servers = proc.stdout.strip().splitlines()[-1].split("=", 1)[1]
+    broker = None
     try:
-        yield Broker(state, servers)
+        broker = Broker(state, servers)
+        yield broker
     finally:
+        if broker is not None:
+            broker.admin = None  # its client would go on reconnecting to the stopped broker
         pid_file = state / "pid"
         pid = int(pid_file.read_text()) if pid_file.exists() else None
         stop = subprocess.run([sys.executable, str(SCRIPT), "stop"], env=env, capture_output=True, text=True,

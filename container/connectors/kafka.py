@@ -97,7 +97,7 @@ class KafkaInput(InputOperator):
     #: Records fetched per ``emit_tuples`` call at most.
     batch_records: int = 2000
     transient = ("_consumer", "_assigned", "_left", "_waiter", "_who", "_ck", "_poll_seconds", "_window",
-                 "_metric")
+                 "_metric", "_probed")
 
     def __init__(self) -> None:
         #: ``"topic:partition"`` -> offset of the next record to emit, for every partition known.
@@ -119,6 +119,7 @@ class KafkaInput(InputOperator):
         self._poll_seconds = 0.05
         self._window = 0
         self._metric: Any = None
+        self._probed = 0.0
 
     # -- setup -------------------------------------------------------------
     def setup(self, context: OperatorContext) -> None:
@@ -138,7 +139,7 @@ class KafkaInput(InputOperator):
                 "enable.auto.commit": False, "enable.auto.offset.store": False,
                 "auto.offset.reset": "earliest", "enable.partition.eof": True,
                 "isolation.level": "read_committed", "client.id": f"stram-{context.name}-{context.partition_index}",
-                "error_cb": self._on_error, "logger": logging.getLogger("stram.kafka.librdkafka")}
+                "error_cb": self._on_error, "on_commit": self._on_commit, "logger": logging.getLogger("stram.kafka.librdkafka")}
         conf.update(self.consumer or {})
         try:
             self._consumer = ck.Consumer(conf)
@@ -167,6 +168,10 @@ class KafkaInput(InputOperator):
         elif self._waiter is not None and err.code() in (self._ck.KafkaError._ALL_BROKERS_DOWN,
                                                          self._ck.KafkaError._TRANSPORT):
             self._waiter.trouble(err.str())
+
+    def _on_commit(self, err: Any, partitions: Any) -> None:
+        if err is not None:  # the group's view lags a little longer; the next commit catches up
+            log.warning("%s: committing offsets to Kafka failed: %s", self._who, err)
 
     def _metadata(self, topic: str | None = None) -> Any:
         """The cluster's metadata, waiting (with log lines) while the broker does not answer."""
@@ -280,8 +285,10 @@ class KafkaInput(InputOperator):
             offsets[key] = offset + 1
             emit(value)
             emitted += 1
-        if msgs:
+        if any(msg.error() is None for msg in msgs):
             self._waiter.ok()
+        elif self._waiter.waiting:
+            self._probe()
         for topic, partition in eof:  # past aborted transactions' records and markers: the consumer's position
             key = tp_key(topic, partition)
             pos = self._consumer.position([self._ck.TopicPartition(topic, partition)])[0].offset
@@ -292,6 +299,19 @@ class KafkaInput(InputOperator):
         self.records += emitted
         if self._left is not None:
             self._left -= emitted
+
+    def _probe(self) -> None:
+        """While the broker is away: a short metadata request every few seconds tells when it is back."""
+        now = time.monotonic()
+        if now - self._probed < 3.0:
+            return
+        self._probed = now
+        try:
+            self._consumer.list_topics(self._assigned[0][0], timeout=0.5)
+        except self._ck.KafkaException as exc:
+            self._waiter.trouble(str(exc.args[0]))  # a line every few seconds; FatalError past the timeout
+        else:
+            self._waiter.ok()
 
     def _bad(self, topic: str, partition: int, offset: int, why: str) -> None:
         where = f"topic {topic} partition {partition} offset {offset}"
@@ -324,9 +344,9 @@ class KafkaInput(InputOperator):
         for key, off in offsets.items():
             topic, _, partition = key.rpartition(":")
             tps.append(self._ck.TopicPartition(topic, int(partition), off))
-        try:
-            self._consumer.commit(offsets=tps, asynchronous=False)
-        except self._ck.KafkaException as exc:  # the group's view lags a little longer; the next commit catches up
+        try:  # asynchronous: a broker in trouble must not hold the operator's windows up
+            self._consumer.commit(offsets=tps, asynchronous=True)
+        except self._ck.KafkaException as exc:
             log.warning("%s: committing offsets for window %x to Kafka failed: %s", self._who, window_id, exc)
 
     @classmethod

@@ -71,7 +71,7 @@ class KafkaOutput(Operator):
     transactional_id: str = ""
     timeout_seconds: float = 120.0
     transient = ("_producer", "_marker", "_window", "_values", "_ck", "_waiter", "_who", "_exactly_once",
-                 "_published", "_servers", "_txn_id", "_failed")
+                 "_published", "_servers", "_txn_id", "_failed", "_target", "_txn", "_need_init", "_last_try")
 
     def __init__(self) -> None:
         #: EXACTLY_ONCE: window id -> (key, value) pairs not yet published, oldest first.
@@ -88,6 +88,12 @@ class KafkaOutput(Operator):
         self._servers = ""
         self._txn_id = ""
         self._failed: list[str] = []
+        #: EXACTLY_ONCE: the newest committed window; the transaction in flight; whether
+        #: init_transactions is still to be done; when the last step was tried.
+        self._target = -1
+        self._txn: dict[str, Any] | None = None
+        self._need_init = False
+        self._last_try = 0.0
 
     def setup(self, context: OperatorContext) -> None:
         self._who = who = f"KafkaOutput {context.name}[{context.partition_index}]"
@@ -145,19 +151,27 @@ class KafkaOutput(Operator):
                 self._waiter.trouble(str(err))
                 time.sleep(0.5)
 
-    def _start_transactions(self) -> None:
-        """Fence older producers of this transactional id; read the last window published."""
-        self._wait(lambda: self._producer.init_transactions(10))
+    def _start_transactions(self, wait: bool = True) -> None:
+        """Fence older producers of this transactional id; read the last window published.
+
+        ``wait``: retry (with log lines) while the broker does not answer; else one
+        bounded try that raises the client's KafkaException.
+        """
+        call = self._wait if wait else (lambda fn: fn())
+        self._need_init = True
+        call(lambda: self._producer.init_transactions(10 if wait else 2))
         if self._marker is None:
             self._marker = self._ck.Consumer({"bootstrap.servers": self._servers, "group.id": self._txn_id,
                                               "enable.auto.commit": False, "isolation.level": "read_committed",
                                               "logger": logging.getLogger("stram.kafka.librdkafka")})
         tp = self._ck.TopicPartition(self.topic, 0)
-        found = self._wait(lambda: self._marker.committed([tp], timeout=10))
-        self._published = marker_window(found[0].metadata if found else None)
-        if self._published >= 0:
+        found = call(lambda: self._marker.committed([tp], timeout=10 if wait else 2))
+        self._need_init = False
+        published = marker_window(found[0].metadata if found else None)
+        if published >= 0:
             log.info("%s: windows up to %x were published already (transactional id %s)", self._who,
-                     self._published, self._txn_id)
+                     published, self._txn_id)
+        self._done(published)
 
     # -- windows -----------------------------------------------------------
     def begin_window(self, window_id: int) -> None:
@@ -198,6 +212,8 @@ class KafkaOutput(Operator):
             if self._values and self._window > self._published:
                 self.pending[self._window] = self._values
             self._values = []
+            if self._target > self._published:
+                self._advance()  # a transaction left unfinished by broker trouble: one more step
             return
         # at least once: the window's records are delivered before the window counts as done
         while self._wait(lambda: self._producer.flush(5)) > 0:
@@ -207,58 +223,89 @@ class KafkaOutput(Operator):
         self._check()
 
     def committed(self, window_id: int) -> None:
+        """Publish every pending window up to ``window_id`` in one transaction.
+
+        While the broker is in trouble this does not block the operator's
+        windows (the master would take it for blocked): each call, and each
+        window's end, takes one bounded step of the transaction. Once every
+        window the operator has seen is committed (the end of a bounded run),
+        it waits until the transaction is done, since no window will follow.
+        """
         if not self._exactly_once:
             return
-        windows = sorted(w for w in self.pending if w <= window_id)
-        if not windows:
-            return
-        todo = [w for w in windows if w > self._published]
-        if todo:
-            self._publish(todo, window_id)
-        for w in windows:
-            del self.pending[w]
+        self._target = max(self._target, window_id)
+        self._advance(force=True)
+        if window_id >= self._window:
+            while self._target > self._published and self._advance(force=True):
+                time.sleep(0.5)
 
-    def _publish(self, windows: list[int], marker: int) -> None:
-        """One transaction: the windows' records and the marker ``marker``; retried until it is committed."""
+    def _advance(self, force: bool = False) -> bool:
+        """One bounded step towards publishing up to ``_target``; True while more steps are needed."""
+        now = time.monotonic()
+        if not force and now - self._last_try < 0.5:
+            return True
+        self._last_try = now
         ck = self._ck
-        while True:
-            try:
+        try:
+            if self._need_init:
+                self._start_transactions(wait=False)
+            if self._txn is None:
+                windows = sorted(w for w in self.pending if self._published < w <= self._target)
+                if not windows:
+                    self._done(self._target)
+                    return False
                 self._producer.begin_transaction()
                 for w in windows:
                     for key, value in self.pending[w]:
                         self._produce(key, value)
+                self._txn = {"windows": windows, "marker": self._target, "stage": "offsets"}
+            if self._txn["stage"] == "offsets":
                 meta = self._marker.consumer_group_metadata()
-                offsets = [ck.TopicPartition(self.topic, 0, 0, f"{MARKER_PREFIX}{marker:x}")]
-                self._wait(lambda: self._producer.send_offsets_to_transaction(offsets, meta, 10))
-                self._wait(lambda: self._producer.commit_transaction(10))
-                self._check()
-                self._published = marker
-                return
-            except ck.KafkaException as exc:
-                err = exc.args[0]
-                self._waiter.trouble(f"transaction for windows {windows[0]:x}..{windows[-1]:x} failed: {err}")
-                if err.fatal() or not err.txn_requires_abort():
-                    # fenced or in an unknown state: a new producer (init fences the old one) and the marker
-                    self._recreate()
-                else:
-                    self._abort()
-                if self._published >= marker:
-                    return
-            self._failed = []
+                offsets = [ck.TopicPartition(self.topic, 0, 0, f"{MARKER_PREFIX}{self._txn['marker']:x}")]
+                self._producer.send_offsets_to_transaction(offsets, meta, 2)
+                self._txn["stage"] = "commit"
+            self._producer.commit_transaction(2)
+            self._check()
+        except ck.KafkaException as exc:
+            self._trouble(exc.args[0])
+            return True
+        self._waiter.ok()
+        self._done(self._txn["marker"])
+        self._txn = None
+        return self._target > self._published
 
-    def _abort(self) -> None:
-        try:
-            self._wait(lambda: self._producer.abort_transaction(10))
-        except self._ck.KafkaException:
+    def _done(self, marker: int) -> None:
+        self._published = max(self._published, marker)
+        for w in [w for w in self.pending if w <= marker]:
+            del self.pending[w]
+
+    def _trouble(self, err: Any) -> None:
+        """A transaction step failed: retry it (retriable), abort (abortable) or a new producer (fatal)."""
+        what = "transaction" if self._txn is None else \
+            f"transaction for windows {self._txn['windows'][0]:x}..{self._txn['windows'][-1]:x}"
+        self._waiter.trouble(f"{what}: {err}")  # FatalError past timeout_seconds
+        if err.fatal():
+            self._recreate()
+        elif err.txn_requires_abort():
+            try:
+                self._producer.abort_transaction(2)
+                self._txn = None
+            except self._ck.KafkaException as again:
+                if again.args[0].fatal():
+                    self._recreate()
+        elif not err.retriable() and err.code() != self._ck.KafkaError._TIMED_OUT:
             self._recreate()
 
     def _recreate(self) -> None:
-        try:
-            self._producer.flush(0)
-        except Exception:  # noqa: BLE001
-            pass
+        """A new producer with the same transactional id (its init fences the old one and aborts its
+        open transaction); the marker tells what was published meanwhile."""
+        self._txn = None
         self._producer = self._new_producer()
-        self._start_transactions()
+        self._need_init = True
+        try:
+            self._start_transactions(wait=False)
+        except self._ck.KafkaException as exc:
+            log.warning("%s: initializing transactions failed, will retry: %s", self._who, exc)
 
     @classmethod
     def split_state(cls, states, count, owner):  # noqa: ANN001, ANN206
