@@ -182,7 +182,7 @@ def test_exactly_once_output_publishes_committed_windows_once_across_recovery(ka
     again = restored(KafkaOutput, checkpoint)
     again.bootstrap_servers, again.topic = kafka.servers, topic
     again.setup(ctx("out", 0, 1, mode="EXACTLY_ONCE", app=app))
-    assert again._published == 2
+    wait_until(lambda: again._published == 2, timeout=30, what="the marker of window 2 read back")
     _window(again, 2, [{"w": 2, "i": i} for i in range(4)])
     _window(again, 3, [{"w": 3, "i": 0}, {"w": 3, "i": 1}])
     again.committed(3)

@@ -6,6 +6,7 @@ Imported as ``container.connectors.kafka:KafkaOutput``.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
@@ -71,7 +72,8 @@ class KafkaOutput(Operator):
     transactional_id: str = ""
     timeout_seconds: float = 120.0
     transient = ("_producer", "_marker", "_window", "_values", "_ck", "_waiter", "_who", "_exactly_once",
-                 "_published", "_servers", "_txn_id", "_failed", "_target", "_txn", "_need_init", "_last_try")
+                 "_published", "_servers", "_txn_id", "_failed", "_target", "_lock", "_wake", "_thread",
+                 "_stopping", "_error")
 
     def __init__(self) -> None:
         #: EXACTLY_ONCE: window id -> (key, value) pairs not yet published, oldest first.
@@ -88,12 +90,14 @@ class KafkaOutput(Operator):
         self._servers = ""
         self._txn_id = ""
         self._failed: list[str] = []
-        #: EXACTLY_ONCE: the newest committed window; the transaction in flight; whether
-        #: init_transactions is still to be done; when the last step was tried.
+        #: EXACTLY_ONCE: the newest committed window, for the publisher thread; its lock and
+        #: wake-up; the error that ended it (raised on the operator's thread).
         self._target = -1
-        self._txn: dict[str, Any] | None = None
-        self._need_init = False
-        self._last_try = 0.0
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._error: BaseException | None = None
 
     def setup(self, context: OperatorContext) -> None:
         self._who = who = f"KafkaOutput {context.name}[{context.partition_index}]"
@@ -112,7 +116,10 @@ class KafkaOutput(Operator):
             raise FatalError(f"{who}: the topic {self.topic!r} cannot be written on {self._servers}: {why} "
                              f"(topics there: {existing_topics(metadata)})")
         if self._exactly_once:
-            self._start_transactions()
+            # the transactions run on a thread of their own: a broker in trouble holds up
+            # publishing, never the operator's windows (the master would take it for blocked)
+            self._thread = threading.Thread(target=self._publisher, name=f"kafka-out-{context.id}", daemon=True)
+            self._thread.start()
 
     def _new_producer(self) -> Any:
         conf = {"bootstrap.servers": self._servers, "client.id": self._txn_id, "linger.ms": 5,
@@ -151,22 +158,16 @@ class KafkaOutput(Operator):
                 self._waiter.trouble(str(err))
                 time.sleep(0.5)
 
-    def _start_transactions(self, wait: bool = True) -> None:
-        """Fence older producers of this transactional id; read the last window published.
-
-        ``wait``: retry (with log lines) while the broker does not answer; else one
-        bounded try that raises the client's KafkaException.
-        """
-        call = self._wait if wait else (lambda fn: fn())
-        self._need_init = True
-        call(lambda: self._producer.init_transactions(10 if wait else 2))
+    def _start_transactions(self) -> None:
+        """Fence older producers of this transactional id (their open transaction is aborted);
+        read the last window published (publisher thread)."""
+        self._wait(lambda: self._producer.init_transactions(10))
         if self._marker is None:
             self._marker = self._ck.Consumer({"bootstrap.servers": self._servers, "group.id": self._txn_id,
                                               "enable.auto.commit": False, "isolation.level": "read_committed",
                                               "logger": logging.getLogger("stram.kafka.librdkafka")})
         tp = self._ck.TopicPartition(self.topic, 0)
-        found = call(lambda: self._marker.committed([tp], timeout=10 if wait else 2))
-        self._need_init = False
+        found = self._wait(lambda: self._marker.committed([tp], timeout=10))
         published = marker_window(found[0].metadata if found else None)
         if published >= 0:
             log.info("%s: windows up to %x were published already (transactional id %s)", self._who,
@@ -209,11 +210,11 @@ class KafkaOutput(Operator):
 
     def end_window(self) -> None:
         if self._exactly_once:
-            if self._values and self._window > self._published:
-                self.pending[self._window] = self._values
+            self._raise_publisher_error()
+            with self._lock:
+                if self._values and self._window > self._published:
+                    self.pending[self._window] = self._values
             self._values = []
-            if self._target > self._published:
-                self._advance()  # a transaction left unfinished by broker trouble: one more step
             return
         # at least once: the window's records are delivered before the window counts as done
         while self._wait(lambda: self._producer.flush(5)) > 0:
@@ -222,90 +223,104 @@ class KafkaOutput(Operator):
         self._waiter.ok()
         self._check()
 
-    def committed(self, window_id: int) -> None:
-        """Publish every pending window up to ``window_id`` in one transaction.
+    def get_state(self) -> dict[str, Any]:
+        with self._lock:  # the publisher thread drops published windows meanwhile
+            state = super().get_state()
+            state["pending"] = dict(self.pending)
+        return state
 
-        While the broker is in trouble this does not block the operator's
-        windows (the master would take it for blocked): each call, and each
-        window's end, takes one bounded step of the transaction. Once every
-        window the operator has seen is committed (the end of a bounded run),
-        it waits until the transaction is done, since no window will follow.
+    def committed(self, window_id: int) -> None:
+        """Have every pending window up to ``window_id`` published, in one transaction.
+
+        The publisher thread does it; this returns at once, unless every window the
+        operator has seen is committed (the end of a bounded run): then no window
+        follows, and it waits until they are published.
         """
         if not self._exactly_once:
             return
-        self._target = max(self._target, window_id)
-        self._advance(force=True)
-        if window_id >= self._window:
-            while self._target > self._published and self._advance(force=True):
-                time.sleep(0.5)
+        self._raise_publisher_error()
+        with self._wake:
+            self._target = max(self._target, window_id)
+            self._wake.notify_all()
+            if window_id >= self._window:
+                while self._published < self._target and self._error is None and self._thread.is_alive():
+                    self._wake.wait(0.5)
+        self._raise_publisher_error()
 
-    def _advance(self, force: bool = False) -> bool:
-        """One bounded step towards publishing up to ``_target``; True while more steps are needed."""
-        now = time.monotonic()
-        if not force and now - self._last_try < 0.5:
-            return True
-        self._last_try = now
-        ck = self._ck
-        try:
-            if self._need_init:
-                self._start_transactions(wait=False)
-            if self._txn is None:
-                windows = sorted(w for w in self.pending if self._published < w <= self._target)
-                if not windows:
-                    self._done(self._target)
-                    return False
-                self._producer.begin_transaction()
-                for w in windows:
-                    for key, value in self.pending[w]:
-                        self._produce(key, value)
-                self._txn = {"windows": windows, "marker": self._target, "stage": "offsets"}
-            if self._txn["stage"] == "offsets":
-                meta = self._marker.consumer_group_metadata()
-                offsets = [ck.TopicPartition(self.topic, 0, 0, f"{MARKER_PREFIX}{self._txn['marker']:x}")]
-                self._producer.send_offsets_to_transaction(offsets, meta, 2)
-                self._txn["stage"] = "commit"
-            self._producer.commit_transaction(2)
-            self._check()
-        except ck.KafkaException as exc:
-            self._trouble(exc.args[0])
-            return True
-        self._waiter.ok()
-        self._done(self._txn["marker"])
-        self._txn = None
-        return self._target > self._published
+    def _raise_publisher_error(self) -> None:
+        if self._error is not None:
+            raise self._error
 
     def _done(self, marker: int) -> None:
-        self._published = max(self._published, marker)
-        for w in [w for w in self.pending if w <= marker]:
-            del self.pending[w]
+        with self._wake:
+            self._published = max(self._published, marker)
+            for w in [w for w in self.pending if w <= marker]:
+                del self.pending[w]
+            self._wake.notify_all()
 
-    def _trouble(self, err: Any) -> None:
-        """A transaction step failed: retry it (retriable), abort (abortable) or a new producer (fatal)."""
-        what = "transaction" if self._txn is None else \
-            f"transaction for windows {self._txn['windows'][0]:x}..{self._txn['windows'][-1]:x}"
-        self._waiter.trouble(f"{what}: {err}")  # FatalError past timeout_seconds
-        if err.fatal():
-            self._recreate()
-        elif err.txn_requires_abort():
-            try:
-                self._producer.abort_transaction(2)
-                self._txn = None
-            except self._ck.KafkaException as again:
-                if again.args[0].fatal():
-                    self._recreate()
-        elif not err.retriable() and err.code() != self._ck.KafkaError._TIMED_OUT:
-            self._recreate()
-
-    def _recreate(self) -> None:
-        """A new producer with the same transactional id (its init fences the old one and aborts its
-        open transaction); the marker tells what was published meanwhile."""
-        self._txn = None
-        self._producer = self._new_producer()
-        self._need_init = True
+    # -- the publisher thread (EXACTLY_ONCE) --------------------------------
+    def _publisher(self) -> None:
         try:
-            self._start_transactions(wait=False)
-        except self._ck.KafkaException as exc:
-            log.warning("%s: initializing transactions failed, will retry: %s", self._who, exc)
+            self._start_transactions()
+            while True:
+                with self._wake:
+                    while not self._stopping and self._target <= self._published:
+                        self._wake.wait(1.0)
+                    if self._stopping:
+                        return
+                    target = self._target
+                    windows = sorted(w for w in self.pending if self._published < w <= target)
+                    records = [rec for w in windows for rec in self.pending[w]]
+                if windows:
+                    self._publish(windows, records, target)
+                else:
+                    self._done(target)
+        except BaseException as exc:  # noqa: BLE001 - handed to the operator's thread
+            if not self._stopping:
+                log.error("%s: publishing failed: %s", self._who, exc)
+                with self._wake:
+                    self._error = exc if isinstance(exc, Exception) else RuntimeError(str(exc))
+                    self._wake.notify_all()
+
+    def _publish(self, windows: list[int], records: list[tuple[bytes | None, bytes]], marker: int) -> None:
+        """One transaction: the windows' records and the marker ``marker``; retried until it is committed."""
+        ck = self._ck
+        what = f"the transaction of windows {windows[0]:x}..{windows[-1]:x}"
+        while not self._stopping:
+            try:
+                self._producer.begin_transaction()
+                for key, value in records:
+                    self._produce(key, value)
+                meta = self._marker.consumer_group_metadata()
+                offsets = [ck.TopicPartition(self.topic, 0, 0, f"{MARKER_PREFIX}{marker:x}")]
+                self._wait(lambda: self._producer.send_offsets_to_transaction(offsets, meta, 10))
+                self._wait(lambda: self._producer.commit_transaction(10))
+                self._check()
+                self._waiter.ok()
+                self._done(marker)
+                return
+            except ck.KafkaException as exc:
+                err = exc.args[0]
+                self._waiter.trouble(f"{what}: {err}")  # FatalError past timeout_seconds
+                if not err.fatal() and err.txn_requires_abort():
+                    try:
+                        self._wait(lambda: self._producer.abort_transaction(10))
+                        continue
+                    except ck.KafkaException:
+                        pass
+                # fenced or in an unknown state: a new producer (its init fences the old one and
+                # aborts its open transaction); the marker tells whether the windows went out
+                self._producer = self._new_producer()
+                self._start_transactions()
+                if self._published >= marker:
+                    return
+            except RuntimeError:  # records not delivered: the transaction cannot commit; start it again
+                self._failed = []
+                try:
+                    self._producer.abort_transaction(10)
+                except ck.KafkaException:
+                    self._producer = self._new_producer()
+                    self._start_transactions()
 
     @classmethod
     def split_state(cls, states, count, owner):  # noqa: ANN001, ANN206
@@ -314,6 +329,12 @@ class KafkaOutput(Operator):
                          "own uncommitted windows under its own transactional id")
 
     def teardown(self) -> None:
+        if self._thread is not None:
+            with self._wake:
+                self._stopping = True
+                self._wake.notify_all()
+            self._thread.join(30)
+            self._thread = None
         if self._producer is not None:
             if not self._exactly_once:
                 try:
