@@ -97,7 +97,7 @@ class KafkaInput(InputOperator):
     #: Records fetched per ``emit_tuples`` call at most.
     batch_records: int = 2000
     transient = ("_consumer", "_assigned", "_left", "_waiter", "_who", "_ck", "_poll_seconds", "_window",
-                 "_metric", "_probed")
+                 "_metric", "_probed", "_commit_logged")
 
     def __init__(self) -> None:
         #: ``"topic:partition"`` -> offset of the next record to emit, for every partition known.
@@ -120,6 +120,7 @@ class KafkaInput(InputOperator):
         self._window = 0
         self._metric: Any = None
         self._probed = 0.0
+        self._commit_logged = -60.0
 
     # -- setup -------------------------------------------------------------
     def setup(self, context: OperatorContext) -> None:
@@ -171,7 +172,11 @@ class KafkaInput(InputOperator):
 
     def _on_commit(self, err: Any, partitions: Any) -> None:
         if err is not None:  # the group's view lags a little longer; the next commit catches up
-            log.warning("%s: committing offsets to Kafka failed: %s", self._who, err)
+            now = time.monotonic()
+            if now - self._commit_logged >= 10.0:
+                self._commit_logged = now
+                log.warning("%s: committing offsets to Kafka failed (the group's offsets lag until a later "
+                            "commit): %s", self._who, err)
 
     def _metadata(self, topic: str | None = None) -> Any:
         """The cluster's metadata, waiting (with log lines) while the broker does not answer."""

@@ -298,6 +298,8 @@ class KafkaOutput(Operator):
                 self._check()
                 self._waiter.ok()
                 self._done(marker)
+                log.info("%s: published windows %x..%x (%d records) up to committed window %x", self._who,
+                         windows[0], windows[-1], len(records), marker)
                 return
             except ck.KafkaException as exc:
                 err = exc.args[0]
@@ -314,7 +316,8 @@ class KafkaOutput(Operator):
                 self._start_transactions()
                 if self._published >= marker:
                     return
-            except RuntimeError:  # records not delivered: the transaction cannot commit; start it again
+            except RuntimeError as exc:  # records not delivered: the transaction cannot commit; start it again
+                log.warning("%s: %s; aborting %s and trying again", self._who, exc, what)
                 self._failed = []
                 try:
                     self._producer.abort_transaction(10)
@@ -331,6 +334,12 @@ class KafkaOutput(Operator):
     def teardown(self) -> None:
         if self._thread is not None:
             with self._wake:
+                # committed windows not yet published (the broker was away at the end): let the
+                # publisher finish them, within its own time limit
+                if self._published < self._target:
+                    log.info("%s: publishing the last committed windows before stopping", self._who)
+                while self._published < self._target and self._error is None and self._thread.is_alive():
+                    self._wake.wait(0.5)
                 self._stopping = True
                 self._wake.notify_all()
             self._thread.join(30)
