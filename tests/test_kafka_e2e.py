@@ -121,3 +121,30 @@ def test_missing_topic_fails_the_application_saying_why(on_kafka, capsys):
     assert "the topic 'no-such-lines' cannot be read from" in app["diagnostics"]
     capsys.readouterr()
     assert stram_client  # the admin client is what e2ekit uses to watch the application
+
+
+def test_scaling_the_input_deals_the_kafka_partitions_out_again(on_kafka, capsys):
+    kafka = on_kafka
+    in_topic, out_topic = kafka.new_topic("lines", 4), kafka.new_topic("counts", 2)
+    lines = make_lines(RECORDS // 4, seed=29)
+    kafka.produce(in_topic, lines)
+    app_id = launch(kafka, in_topic, out_topic, per_window=60)
+    wait_until(lambda: running_operators(app_id) >= 5, timeout=120, what="all operators running")
+    before = committed_window(app_id)
+    wait_until(lambda: committed_window(app_id) > before + 10, timeout=120, what="the committed window to advance")
+
+    def scale() -> dict | None:
+        capsys.readouterr()
+        code = cli.main(["scale", app_id, "reader", "3"])
+        out, err = capsys.readouterr()
+        assert code == 0 or "try again" in err, err
+        return json.loads(out) if code == 0 else None
+    result = wait_until(scale, timeout=60, interval=0.5, what="stram scale reader 3")
+    assert (result["from"], result["to"]) == (2, 3)
+    app = wait_final(app_id, timeout=400)
+    assert app["state"] == "SUCCEEDED", app.get("diagnostics")
+    logs = ""
+    for name in os.listdir(os.path.join(app["app_path"], "logs")):
+        logs += open(os.path.join(app["app_path"], "logs", name), errors="replace").read()
+    assert re.search(r"KafkaInput reader\[2\] reads lines-\w+:\d@\d+", logs)  # a third reader took partitions
+    check_output(kafka, out_topic, truth_of(lines))

@@ -140,7 +140,8 @@ class KafkaInput(InputOperator):
                 "enable.auto.commit": False, "enable.auto.offset.store": False,
                 "auto.offset.reset": "earliest", "enable.partition.eof": True,
                 "isolation.level": "read_committed", "client.id": f"stram-{context.name}-{context.partition_index}",
-                "error_cb": self._on_error, "on_commit": self._on_commit, "logger": logging.getLogger("stram.kafka.librdkafka")}
+                "error_cb": self._on_error, "on_commit": self._on_commit,
+                "logger": logging.getLogger("stram.kafka.librdkafka")}
         conf.update(self.consumer or {})
         try:
             self._consumer = ck.Consumer(conf)
@@ -157,6 +158,11 @@ class KafkaInput(InputOperator):
                                  f"(topics there: {existing_topics(metadata)})")
             every += [(topic, p) for p in metadata.topics[topic].partitions]
         self._assigned = assign_partitions(every, context.partition_count, context.partition_index)
+        # after `stram scale` every new partition got every offset: keep its own only, so that the
+        # next split merges each partition's offset from its one owner
+        mine = {tp_key(t, p) for t, p in self._assigned}
+        self.offsets = {k: v for k, v in self.offsets.items() if k in mine}
+        self.end_offsets = {k: v for k, v in self.end_offsets.items() if k in mine}
         self._resolve_start()
         tps = [ck.TopicPartition(t, p, self.offsets[tp_key(t, p)]) for t, p in self._assigned]
         self._consumer.assign(tps)

@@ -206,7 +206,8 @@ class KafkaOutput(Operator):
     def _check(self) -> None:
         if self._failed:
             failed, self._failed = self._failed, []
-            raise RuntimeError(f"{self._who}: {failed[0]}" + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""))
+            more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+            raise RuntimeError(f"{self._who}: {failed[0]}{more}")
 
     def end_window(self) -> None:
         if self._exactly_once:
