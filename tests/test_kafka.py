@@ -172,7 +172,8 @@ def test_exactly_once_output_publishes_committed_windows_once_across_recovery(ka
     checkpoint = pickle.dumps(out.get_state())  # checkpoint after window 1 (window 1 still pending)
     _window(out, 2, [{"w": 2, "i": i} for i in range(4)])
     assert kafka.read_all(topic, idle_seconds=1) == []  # nothing committed: nothing visible
-    out.committed(2)
+    out.committed(2)  # published by the operator's publisher thread
+    wait_until(lambda: out._published >= 2, timeout=60, what="windows 1 and 2 published")
     rows = [json.loads(m.value()) for m in kafka.read_all(topic, idle_seconds=1)]
     assert sorted((r["w"], r["i"]) for r in rows) == [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2), (2, 3)]
     _window(out, 3, [{"w": 3, "i": 0}])  # window 3 is never committed before the "crash"
@@ -186,7 +187,8 @@ def test_exactly_once_output_publishes_committed_windows_once_across_recovery(ka
     _window(again, 2, [{"w": 2, "i": i} for i in range(4)])
     _window(again, 3, [{"w": 3, "i": 0}, {"w": 3, "i": 1}])
     again.committed(3)
-    again.teardown()
+    again.teardown()  # waits until every committed window is published
+    assert again._published == 3
     rows = [json.loads(m.value()) for m in kafka.read_all(topic, idle_seconds=1)]
     assert sorted((r["w"], r["i"]) for r in rows) == [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2), (2, 3),
                                                       (3, 0), (3, 1)]

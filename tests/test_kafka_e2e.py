@@ -94,11 +94,11 @@ def test_exactly_once_across_a_broker_restart(on_kafka):
     in_topic, out_topic = kafka.new_topic("lines", 4), kafka.new_topic("counts", 2)
     lines = make_lines(RECORDS // 2, seed=23)
     kafka.produce(in_topic, lines)
-    app_id = launch(kafka, in_topic, out_topic, per_window=150)
+    app_id = launch(kafka, in_topic, out_topic, per_window=100)  # about 50 s of reading: the restart is mid-run
     wait_until(lambda: running_operators(app_id) >= 5, timeout=120, what="all operators running")
     before = committed_window(app_id)
     wait_until(lambda: committed_window(app_id) > before + 10, timeout=120, what="the committed window to advance")
-    kafka.restart(down_seconds=12)
+    kafka.restart(down_seconds=8)
     app = wait_final(app_id, timeout=400)
     assert app["state"] == "SUCCEEDED", app.get("diagnostics")
     logs = ""

@@ -233,9 +233,10 @@ class KafkaOutput(Operator):
     def committed(self, window_id: int) -> None:
         """Have every pending window up to ``window_id`` published, in one transaction.
 
-        The publisher thread does it; this returns at once, unless every window the
-        operator has seen is committed (the end of a bounded run): then no window
-        follows, and it waits until they are published.
+        The publisher thread does it; this returns at once (it may run on the agent's
+        heartbeat thread, once the operator has shut down). ``teardown`` waits for
+        what is left: at the end of a run the master waits for the containers to
+        exit (30 s) before it stops them.
         """
         if not self._exactly_once:
             return
@@ -243,10 +244,6 @@ class KafkaOutput(Operator):
         with self._wake:
             self._target = max(self._target, window_id)
             self._wake.notify_all()
-            if window_id >= self._window:
-                while self._published < self._target and self._error is None and self._thread.is_alive():
-                    self._wake.wait(0.5)
-        self._raise_publisher_error()
 
     def _raise_publisher_error(self) -> None:
         if self._error is not None:
