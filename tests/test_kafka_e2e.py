@@ -44,6 +44,13 @@ def truth_of(lines: list[str]) -> Counter:
     return counts
 
 
+def produce_evenly(kafka, topic: str, lines: list[str], partitions: int = 4) -> None:
+    """Line i to partition i % partitions: every reader partition gets its share (not the sticky
+    partitioner's few large batches), so none ends long before the others."""
+    for p in range(partitions):
+        kafka.produce(topic, lines[p::partitions], partition=p)
+
+
 def check_output(kafka, topic: str, truth: Counter) -> None:
     rows = [json.loads(m.value()) for m in kafka.read_all(topic)]
     sums: Counter = Counter()
@@ -74,7 +81,7 @@ def test_exactly_once_with_containers_killed_three_times(on_kafka):
     kafka = on_kafka
     in_topic, out_topic = kafka.new_topic("lines", 4), kafka.new_topic("counts", 2)
     lines = make_lines(RECORDS, seed=17)
-    kafka.produce(in_topic, lines)
+    produce_evenly(kafka, in_topic, lines)
     app_id = launch(kafka, in_topic, out_topic, per_window=400)
     wait_until(lambda: running_operators(app_id) >= 5, timeout=120, what="all operators running")
     for victim in ("count", "reader", "out"):
@@ -93,12 +100,14 @@ def test_exactly_once_across_a_broker_restart(on_kafka):
     kafka = on_kafka
     in_topic, out_topic = kafka.new_topic("lines", 4), kafka.new_topic("counts", 2)
     lines = make_lines(RECORDS // 2, seed=23)
-    kafka.produce(in_topic, lines)
-    app_id = launch(kafka, in_topic, out_topic, per_window=100)  # about 50 s of reading: the restart is mid-run
+    produce_evenly(kafka, in_topic, lines)
+    # 25,000 lines per reader at 50 a window: 500 windows (50 s) of reading at least, so that the
+    # restart (the broker takes up to a minute to start again on a busy machine) is mid-run
+    app_id = launch(kafka, in_topic, out_topic, per_window=50)
     wait_until(lambda: running_operators(app_id) >= 5, timeout=120, what="all operators running")
     before = committed_window(app_id)
-    wait_until(lambda: committed_window(app_id) > before + 10, timeout=120, what="the committed window to advance")
-    kafka.restart(down_seconds=8)
+    wait_until(lambda: committed_window(app_id) > before + 5, timeout=120, what="the committed window to advance")
+    kafka.restart(down_seconds=5)
     app = wait_final(app_id, timeout=400)
     assert app["state"] == "SUCCEEDED", app.get("diagnostics")
     logs = ""
@@ -127,7 +136,7 @@ def test_scaling_the_input_deals_the_kafka_partitions_out_again(on_kafka, capsys
     kafka = on_kafka
     in_topic, out_topic = kafka.new_topic("lines", 4), kafka.new_topic("counts", 2)
     lines = make_lines(RECORDS // 4, seed=29)
-    kafka.produce(in_topic, lines)
+    produce_evenly(kafka, in_topic, lines)
     app_id = launch(kafka, in_topic, out_topic, per_window=60)
     wait_until(lambda: running_operators(app_id) >= 5, timeout=120, what="all operators running")
     before = committed_window(app_id)

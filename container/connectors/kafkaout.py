@@ -280,6 +280,27 @@ class KafkaOutput(Operator):
                     self._error = exc if isinstance(exc, Exception) else RuntimeError(str(exc))
                     self._wake.notify_all()
 
+    def _retry(self, call: Any, limit: float = 15.0) -> Any:
+        """``call()``, retried while it fails with a retriable error, for ``limit`` seconds at most."""
+        started = time.monotonic()
+        while True:
+            try:
+                return call()
+            except self._ck.KafkaException as exc:
+                err = exc.args[0]
+                if not err.retriable() or err.txn_requires_abort() or time.monotonic() - started > limit:
+                    raise
+                self._waiter.trouble(str(err))
+                time.sleep(0.5)
+
+    def _close_marker(self) -> None:
+        if self._marker is not None:
+            try:
+                self._marker.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+            self._marker = None
+
     def _publish(self, windows: list[int], records: list[tuple[bytes | None, bytes]], marker: int) -> None:
         """One transaction: the windows' records and the marker ``marker``; retried until it is committed."""
         ck = self._ck
@@ -291,8 +312,8 @@ class KafkaOutput(Operator):
                     self._produce(key, value)
                 meta = self._marker.consumer_group_metadata()
                 offsets = [ck.TopicPartition(self.topic, 0, 0, f"{MARKER_PREFIX}{marker:x}")]
-                self._wait(lambda: self._producer.send_offsets_to_transaction(offsets, meta, 10))
-                self._wait(lambda: self._producer.commit_transaction(10))
+                self._retry(lambda: self._producer.send_offsets_to_transaction(offsets, meta, 10))
+                self._retry(lambda: self._producer.commit_transaction(10))
                 self._check()
                 self._waiter.ok()
                 self._done(marker)
@@ -308,8 +329,12 @@ class KafkaOutput(Operator):
                         continue
                     except ck.KafkaException:
                         pass
-                # fenced or in an unknown state: a new producer (its init fences the old one and
-                # aborts its open transaction); the marker tells whether the windows went out
+                # fenced, stuck (librdkafka may keep a stale group coordinator for the offsets after a
+                # broker restart) or in an unknown state: a new producer and marker consumer (the
+                # init fences the old producer and ends its open transaction); the marker tells
+                # whether the windows went out
+                log.warning("%s: starting over with a new producer after: %s", self._who, err)
+                self._close_marker()
                 self._producer = self._new_producer()
                 self._start_transactions()
                 if self._published >= marker:
@@ -349,9 +374,4 @@ class KafkaOutput(Operator):
                 except Exception:  # noqa: BLE001
                     pass
             self._producer = None
-        if self._marker is not None:
-            try:
-                self._marker.close()
-            except Exception:  # noqa: BLE001
-                pass
-            self._marker = None
+        self._close_marker()
