@@ -18,6 +18,7 @@ import collections
 from typing import Any
 
 import proto
+from appmaster.changes import touch
 from appmaster.events import (AdoptContainers, ContainerExited, ContainerStarted, DiskFull, ErrorReport,
                               KillContainerRequest, Resumed, Tick, UnknownContainer)
 from appmaster.instructions import AdoptContainer, Instruction, KillContainer
@@ -255,8 +256,8 @@ class Recovery:
         for window in [w for w, ids in self.shutdown_operators.items() if not ids]:
             self.shutdown_operators.pop(window)
         for old_id, new_id in replacements.items():
-            self.plan.containers[old_id].operators.clear()
-            self.plan.containers[old_id].pending_deploy.clear()
+            self.plan.containers[old_id].operators = set()
+            self.plan.containers[old_id].pending_deploy = set()
             new = self.plan.containers[new_id]
             restarts = max((self.plan.operators[o].restarts for o in new.operators), default=1)
             delay = restart_backoff_millis(restarts)
@@ -276,6 +277,7 @@ class Recovery:
         self._undeploy[container.id].add(op.id)
         self._resets[container.id].update(f"{op.id}.{port}" for port in op.outputs)
         container.pending_deploy.add(op.id)
+        touch(container)
 
     def _reset_for_redeploy(self, op: PTOperator, affected: set[int]) -> None:
         """An operator about to be deployed again resumes from its recovery checkpoint."""
