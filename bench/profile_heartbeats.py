@@ -21,7 +21,7 @@ import proto
 from bench_heartbeats import spec_yaml, SimContainer
 from appmaster.spec import AppSpec
 from appmaster.state import MasterState, Start, Heartbeat, InitContextRequest, Reply
-from appmaster.journal import write_journal
+from appmaster.journallog import JournalWriter
 C = int(sys.argv[1]); K = int(sys.argv[2]); rounds = int(sys.argv[3]); journal = sys.argv[4] == '1'
 spec = AppSpec.from_yaml(spec_yaml(C, K, 1000, 500, 10, 30000))
 t0 = time.perf_counter()
@@ -35,6 +35,7 @@ for cid in st.plan.containers:
     ctxs[cid] = st.handle(InitContextRequest(cid))[0].value
     sims[cid] = SimContainer(cid)
 d = tempfile.mkdtemp()
+writer = JournalWriter("file://" + d)
 def one(cid, now):
     hb = sims[cid].heartbeat(proto, ctxs[cid], now, 1)
     ins = st.handle(Heartbeat(hb, now))
@@ -42,7 +43,7 @@ def one(cid, now):
     for info in r.deploy_request:
         sims[cid].ops[info.id] = info.checkpoint.window_id
     if journal:
-        write_journal(d, st.snapshot())
+        writer.write(st)
 pr = cProfile.Profile()
 n = 0
 t0 = time.perf_counter()
