@@ -22,6 +22,7 @@ from werkzeug.serving import make_server
 
 from appmaster import metrics
 from appmaster.events import ContainerNotRunning, MasterPaused
+from appmaster.reports import operator_rows
 from appmaster.state import KillContainerRequest, StackTraceRequest, UnknownContainer
 
 log = logging.getLogger("appmaster.admin")
@@ -60,7 +61,8 @@ def create_app(master: Any) -> Flask:
 
     @app.get("/ws/v2/stram/operators")
     def operators():  # noqa: ANN202
-        return jsonify({"operators": locked(master.state.operator_rows)})
+        # copied under the lock, turned into rows (most of the work) without it
+        return jsonify({"operators": operator_rows(locked(master.state.operator_copies))})
 
     @app.get("/ws/v2/stram/containers")
     def containers():  # noqa: ANN202
@@ -70,9 +72,11 @@ def create_app(master: Any) -> Flask:
     def snapshot():  # noqa: ANN202
         """info, operators and containers as of one moment (one hold of the lock)."""
         def read() -> dict[str, Any]:
-            return {"info": master.info(), "operators": master.state.operator_rows(),
+            return {"info": master.info(), "operators": master.state.operator_copies(),
                     "containers": master.state.container_rows()}
-        return jsonify(locked(read))
+        doc = locked(read)
+        doc["operators"] = operator_rows(doc["operators"])
+        return jsonify(doc)
 
     @app.get("/ws/v2/stram/plan")
     def plan():  # noqa: ANN202
@@ -144,7 +148,7 @@ def create_app(master: Any) -> Flask:
     def index():  # noqa: ANN202
         s = master.info()
         rows = "".join(f"<tr><td>{r['label']}</td><td>{r['state']}</td><td>{r['container']}</td>"
-                       f"<td>{r['tuples_per_sec']}</td></tr>" for r in locked(master.state.operator_rows))
+                       f"<td>{r['tuples_per_sec']}</td></tr>" for r in operator_rows(locked(master.state.operator_copies)))
         return (f"<html><head><title>stram {s['name']}</title></head><body><h1>{s['name']} ({s['id']})</h1>"
                 f"<p>state {s['state']} &middot; committed window {s['committed_window_hex']}</p>"
                 f"<table><tr><th>operator</th><th>state</th><th>container</th><th>tuples/s</th></tr>{rows}"

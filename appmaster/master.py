@@ -491,7 +491,7 @@ class AppMaster(AddressFiles):
         finishing (outputs making their last windows final) is written RUNNING:
         a reader who sees SUCCEEDED must find the whole output.
         """
-        info = self.info()
+        info = self.info(brief=True)
         status = {k: info[k] for k in ("id", "name", "state", "diagnostics", "committed_window",
                                        "started_millis", "finished_millis", "containers", "operators",
                                        "failures", "paused")}
@@ -504,11 +504,12 @@ class AppMaster(AddressFiles):
         except OSError as exc:
             files_log.warning("could not write status.json: %s", exc)
 
-    def info(self) -> dict[str, Any]:
+    def info(self, brief: bool = False) -> dict[str, Any]:
         """The state's info, with what waits for space: ``paused`` (who -> what) and, while the
-        application runs, ``diagnostics`` ``paused: no space left on device writing …``."""
+        application runs, ``diagnostics`` ``paused: no space left on device writing …``
+        (``brief``: without the per-operator tables)."""
         with self.lock:
-            info = self.state.info()
+            info = self.state.info(brief)
         paused = dict(info.get("paused") or {})
         mine = self.pauses.describe()
         if mine:

@@ -195,10 +195,12 @@ class Recovery:
                 instructions += self._recover([container.id], now,
                                               f"no heartbeat from {container.id} for {timeout} ms", kill=True)
         window_ms = int(self.attr("STREAMING_WINDOW_SIZE_MILLIS"))
-        for op in list(self.plan.operators.values()):
-            limit = int(op.attributes.get("TIMEOUT_WINDOW_COUNT") or self.attr("TIMEOUT_WINDOW_COUNT")) * window_ms
-            if op.state == OperatorState.ACTIVE and op.window_advanced_millis \
-                    and now - op.window_advanced_millis > limit and op.id not in self.blocked:
+        default, active = self.attr("TIMEOUT_WINDOW_COUNT"), OperatorState.ACTIVE
+        for op in list(self.plan.operators.values()):  # cheap tests first: every operator, every tick
+            if op.state != active or not op.window_advanced_millis or op.id in self.blocked:
+                continue
+            limit = int(op.attributes.get("TIMEOUT_WINDOW_COUNT") or default) * window_ms
+            if now - op.window_advanced_millis > limit:
                 self.blocked.add(op.id)
                 self._operator_blocked(op, now, now - op.window_advanced_millis)  # asks for its stack
         return instructions + self._resolve_blocked(now)  # restarts it, its stack in its last error
