@@ -1,8 +1,9 @@
 """The master's journal: what a new master attempt needs, as a versioned JSON document.
 
 ``APP_PATH/journal/snapshot`` holds one document, rewritten whole and atomically
-(a temporary file, then a move, through ``pyarrow.fs``) before the master acts
-on what it records (a heartbeat response, a checkpoint deletion, a launch).
+(a temporary file, then a move, through ``pyarrow.fs``); between two snapshots
+the master appends what changed to a log (:mod:`appmaster.journallog`), before
+it acts on what it records (a heartbeat response, a checkpoint deletion, a launch).
 It is plain data, not a pickle of the plan's classes, so a journal says what it
 holds and a stram that cannot read it says so::
 

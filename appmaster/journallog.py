@@ -70,8 +70,8 @@ def _hot(obj: Any) -> dict[str, Any]:
 
 
 def _cold(obj: PTOperator) -> tuple:
-    return tuple(id(getattr(obj, name)) if not isinstance(getattr(obj, name), (int, str)) else getattr(obj, name)
-                 for name in sorted(COLD_OP_FIELDS))
+    """The identities of an operator's cold containers (its ids and names never change)."""
+    return id(obj.properties), id(obj.attributes), id(obj.inputs), id(obj.outputs)
 
 
 class JournalWriter:
@@ -102,6 +102,7 @@ class JournalWriter:
         self._removed = 0
         self._log_bytes = 0
         self._fd: int | None = None
+        self._fd_size = 0
         #: Bytes of the last write (0: nothing had changed); snapshots written, log lines written.
         self.last_bytes = 0
         self.snapshots = 0
@@ -201,7 +202,8 @@ class JournalWriter:
         if type(filesystem).__name__ == "LocalFileSystem":
             if self._fd is None:
                 self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            size = os.fstat(self._fd).st_size
+                self._fd_size = os.fstat(self._fd).st_size
+            size = self._fd_size
             try:
                 written = os.write(self._fd, line)
                 if written != len(line):
@@ -209,6 +211,7 @@ class JournalWriter:
             except OSError:
                 os.ftruncate(self._fd, size)  # no torn line for the retry to append after
                 raise
+            self._fd_size = size + written
             return
         with filesystem.open_append_stream(path) as out:  # closed: the line is on the file system
             out.write(line)
