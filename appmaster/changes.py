@@ -41,6 +41,8 @@ class Tracker:
 
     def __init__(self, fields: Iterable[str] | None = None) -> None:
         self.fields = frozenset(fields) if fields is not None else None
+        #: Only objects of these types are marked (set by :mod:`appmaster.plan`; None: any).
+        self.types: tuple[type, ...] | None = None
         self.marks: dict[int, Any] = {}
         #: Changes when the marks were forgotten (a reader that saw another epoch reads everything).
         self.epoch = 0
@@ -72,7 +74,8 @@ def touch(obj: Any, name: str | None = None) -> None:
     if name in STRUCTURAL:
         _structure[0] += 1
     for tracker in _TRACKERS:
-        if name is None or tracker.fields is None or name in tracker.fields:
+        if (name is None or tracker.fields is None or name in tracker.fields) and \
+                (tracker.types is None or isinstance(obj, tracker.types)):
             tracker.mark(obj)
 
 

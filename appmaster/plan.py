@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from appmaster.changes import Tracked, touch
+from appmaster.changes import COMMITTED, Tracked, touch
 from container.partition import partition_keys, partition_mask
 
 __all__ = ["OperatorState", "ContainerState", "PTInput", "PTOperator", "PTContainer", "PhysicalPlan",
@@ -141,6 +141,10 @@ class PTContainer(Tracked):
     #: The agent's buffer-server publishers as last reported: name -> memory_bytes,
     #: spilled_bytes, windows, first_window, last_window.
     publishers: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+#: The committed window follows operators only (a container's state is not an operator's).
+COMMITTED.types = (PTOperator,)
 
 
 class PhysicalPlan:
