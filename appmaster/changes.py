@@ -23,7 +23,7 @@ from typing import Any, Iterable
 __all__ = ["Tracked", "Tracker", "touch", "structure", "JOURNAL", "COMMITTED"]
 
 #: Marks a tracker keeps before it forgets them all (its readers then read the whole plan).
-MAX_MARKS = 500_000
+MAX_MARKS = 200_000
 #: Fields whose assignment changes the plan's shape (inline groups, downstream operators).
 STRUCTURAL = frozenset({"container", "inputs"})
 
