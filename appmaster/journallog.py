@@ -103,6 +103,7 @@ class JournalWriter:
         self._log_bytes = 0
         self._fd: int | None = None
         self._fd_size = 0
+        self._is_local: bool | None = None
         #: Bytes of the last write (0: nothing had changed); snapshots written, log lines written.
         self.last_bytes = 0
         self.snapshots = 0
@@ -119,7 +120,8 @@ class JournalWriter:
         dirty = changes.JOURNAL.take(lambda obj: ops.get(getattr(obj, "id", None)) is obj
                                      or containers.get(getattr(obj, "id", None)) is obj)
         if (plan is not self._plan or key != self._key or changes.JOURNAL.epoch != self._epoch
-                or len(state.removed) < self._removed or self._log_bytes >= self.compact_bytes):
+                or len(state.removed) < self._removed or self._log_bytes >= self.compact_bytes
+                or not self._local()):
             try:
                 self.last_bytes = self._snapshot(state)
             except BaseException:
@@ -196,6 +198,17 @@ class JournalWriter:
         self.snapshots += 1
         return len(data)
 
+    def _local(self) -> bool:
+        """Whether the journal is on the local file system, where a log line is one ``os.write``.
+
+        Elsewhere (HDFS) every write is a snapshot, written atomically, as before the log existed:
+        HDFS appends only to a file that exists, and an append per heartbeat would open a lease and
+        a write pipeline each time."""
+        if self._is_local is None:
+            filesystem, _path = fs.resolve(journal.journal_uri(self.app_path))
+            self._is_local = type(filesystem).__name__ == "LocalFileSystem"
+        return self._is_local
+
     def _append(self, line: bytes) -> None:
         uri = log_uri(self.app_path, self.generation)
         filesystem, path = fs.resolve(uri)
@@ -213,8 +226,7 @@ class JournalWriter:
                 raise
             self._fd_size = size + written
             return
-        with filesystem.open_append_stream(path) as out:  # closed: the line is on the file system
-            out.write(line)
+        raise AssertionError(f"a journal log line for {uri}: only local journals keep a log")
 
     def _close(self) -> None:
         if self._fd is not None:
