@@ -380,9 +380,11 @@ class AppMaster(AddressFiles):
     # ------------------------------------------------------------ run
     def start(self) -> None:
         servicer = UmbilicalServicer(self.dispatch, self.token)
-        self.server, self.port = create_server(servicer, host="0.0.0.0", port=0)
+        # only where callers are: 127.0.0.1 locally, the node's address on YARN (STRAM_BIND_HOST overrides)
+        bind = os.environ.get("STRAM_BIND_HOST") or self.host
+        self.server, self.port = create_server(servicer, host=bind, port=0)
         from appmaster.admin import start_admin
-        self.admin, self.admin_url = start_admin(self, self.host)
+        self.admin, self.admin_url = start_admin(self, self.host, bind)
         register = getattr(self.launcher, "register_ui", None)
         if register is not None:
             register(self.admin_url)

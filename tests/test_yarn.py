@@ -993,12 +993,14 @@ def test_yarn_launcher_recovers_a_killed_container(tmp_path):
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if master.admin_url:
-                rows = json.loads(urllib.request.urlopen(master.admin_url + "/ws/v2/stram/operators").read())
+                auth = {"Authorization": f"Bearer {master.token}"}
+                rows = json.loads(urllib.request.urlopen(urllib.request.Request(
+                    master.admin_url + "/ws/v2/stram/operators", headers=auth)).read())
                 active = [r for r in rows["operators"] if r["state"] == "ACTIVE"]
                 if len(active) == 4 and not master.finished.is_set():
                     victim = next(r["container"] for r in active if r["name"] == "count")
                     req = urllib.request.Request(f"{master.admin_url}/ws/v2/stram/containers/{victim}",
-                                                 method="DELETE")
+                                                 method="DELETE", headers=auth)
                     killed["id"] = json.loads(urllib.request.urlopen(req).read())["killed"]
                     return
             time.sleep(0.2)
