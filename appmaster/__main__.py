@@ -23,6 +23,12 @@ def main(argv: list[str] | None = None) -> int:
         print("error: the master needs --app-path, --app-id and STRAM_TOKEN; "
               "start applications with `stram launch`", file=sys.stderr)
         return 2
+    os.umask(0o077)  # the journal, checkpoints, logs: owner-only (pickles are code to whoever writes them)
+    refused = fs.check_private(args.app_path)
+    if refused:
+        print(f"error: the master refuses to start: {refused}", file=sys.stderr)
+        return 1
+    fs.keep_private(args.app_path)
     log_dir = os.environ.get("STRAM_LOG_DIR") or (
         os.path.join(fs.resolve(args.app_path)[1], apppath.LOGS) if "://" not in args.app_path
         or args.app_path.startswith("file://") else apppath.LOGS)

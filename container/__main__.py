@@ -12,6 +12,7 @@ from container.agent import Agent, MasterGone
 
 
 def main() -> int:
+    os.umask(0o077)  # checkpoints, write-ahead logs, logs: owner-only (a local output's files too)
     # its own rotating file in the log dir (STRAM_LOG_DIR); stdout/stderr keep only a crash's traceback
     log_dir = os.environ.get("STRAM_LOG_DIR")
     name = os.environ.get("STRAM_CONTAINER_ID", "container")
@@ -25,6 +26,8 @@ def main() -> int:
         print(f"error: environment variable {missing} is not set; containers are started "
               f"by the stram master, not by hand", file=sys.stderr)
         return 2
+    from container import fs
+    fs.keep_private(app_path)
     agent = Agent(container_id, app_path, token, work_dir=os.environ.get("STRAM_WORK_DIR"))
     signal.signal(signal.SIGTERM, lambda *_: agent.stop())
     try:

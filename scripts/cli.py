@@ -19,7 +19,7 @@ from appmaster.apps import TERMINAL, apps_dir, find_app, local_apps, write_token
 from appmaster.client import LocalRun, admin, app_info
 from appmaster.errors import StramError, UserError
 from appmaster.follow import follow
-from container import apppath
+from container import apppath, fs
 
 # ---------------------------------------------------------------- output
 
@@ -70,8 +70,13 @@ def launch(args: argparse.Namespace) -> int:
         return yarn.submit(spec, spec_path=args.spec, detach=args.detach, duration=args.duration)
     app_id = f"application_{int(time.time() * 1000)}_{secrets.randbelow(10000):04d}"
     app_path = os.path.join(apps_dir(), app_id)
-    os.makedirs(os.path.join(app_path, apppath.LOGS), exist_ok=True)
-    with open(os.path.join(app_path, apppath.SPEC), "w") as f:
+    os.makedirs(apps_dir(), exist_ok=True)
+    os.mkdir(app_path, 0o700)  # private: its checkpoints and journal are pickles
+    os.chmod(app_path, 0o700)
+    os.mkdir(os.path.join(app_path, apppath.LOGS), 0o700)
+    fs.keep_private(app_path)
+    fd = os.open(os.path.join(app_path, apppath.SPEC), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
         f.write(spec.to_yaml())
     token = secrets.token_hex(16)
     write_token(app_id, token)
