@@ -9,6 +9,7 @@ import sys
 
 from container import logsetup
 from container.agent import Agent, MasterGone
+from container.secret import read_token_file
 
 
 def main() -> int:
@@ -21,10 +22,14 @@ def main() -> int:
     try:
         container_id = os.environ["STRAM_CONTAINER_ID"]
         app_path = os.environ["STRAM_APP_PATH"]
-        token = os.environ["STRAM_TOKEN"]
+        token_file = os.environ["STRAM_TOKEN_FILE"]
     except KeyError as missing:
         print(f"error: environment variable {missing} is not set; containers are started "
               f"by the stram master, not by hand", file=sys.stderr)
+        return 2
+    token = read_token_file(token_file)
+    if token is None:
+        print(f"error: cannot read the application token from STRAM_TOKEN_FILE={token_file}", file=sys.stderr)
         return 2
     from container import fs
     fs.keep_private(app_path)
