@@ -199,10 +199,12 @@ class AdminServer:
     def __init__(self, app: Any, host: str, threads: int = 4, connection_limit: int = 64,
                  channel_timeout: int = 30) -> None:
         from waitress.server import create_server
-        self.server = create_server(app, host=_one_address(host), port=0, threads=threads, connection_limit=connection_limit,
-                                    channel_timeout=channel_timeout, cleanup_interval=5,
-                                    max_request_body_size=4 * MAX_BODY_BYTES,
-                                    max_request_header_size=64 * 1024, ident="stram", clear_untrusted_proxy_headers=False)
+        # X-Forwarded-For reaches the application as sent: adminauth trusts it only from this node
+        self.server = create_server(app, host=_one_address(host), port=0, threads=threads,
+                                    connection_limit=connection_limit, channel_timeout=channel_timeout,
+                                    cleanup_interval=5, max_request_body_size=4 * MAX_BODY_BYTES,
+                                    max_request_header_size=64 * 1024, ident="stram",
+                                    clear_untrusted_proxy_headers=False)
         self.server_port = self.server.effective_port
         self.host = host
         self._thread = threading.Thread(target=self.server.run, daemon=True, name="admin-http")

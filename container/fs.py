@@ -29,7 +29,8 @@ import pyarrow.fs as pafs
 log = logging.getLogger("container.fs")
 T = TypeVar("T")
 
-__all__ = ["HdfsUnavailable", "hdfs_retry", "keep_private", "check_private", "resolve", "join", "write_atomic", "write_status_file", "read_bytes",
+__all__ = ["HdfsUnavailable", "hdfs_retry", "keep_private", "check_private", "resolve", "join",
+           "write_atomic", "write_status_file", "read_bytes",
            "exists", "delete", "list_dir", "makedirs", "move", "open_output", "open_input"]
 
 

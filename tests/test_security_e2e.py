@@ -95,7 +95,8 @@ def test_a_running_word_count_refuses_strangers_and_keeps_its_secrets(tmp_path):
         # the admin API, the umbilical and the buffer servers listen on the loopback only
         listening = [(p.pid, c.laddr) for p in app_processes(app_id) for c in p.net_connections("inet")
                      if c.status == psutil.CONN_LISTEN]
-        assert len(listening) >= 3 and all(addr.ip in ("127.0.0.1", "::ffff:127.0.0.1", "::1") for _, addr in listening), listening
+        loopback = ("127.0.0.1", "::ffff:127.0.0.1", "::1")
+        assert len(listening) >= 3 and all(addr.ip in loopback for _, addr in listening), listening
         final = wait_final(app_id, timeout=180)
     finally:
         if final is None and (admin(app_id, "info") or {}).get("state") == "RUNNING":
