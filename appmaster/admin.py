@@ -5,7 +5,8 @@ The CLI reaches a running master through it; its URL is written to
 Requests that change something become events passed to the master's
 dispatcher (kill a container, scale, ask for a stack trace) or its requests
 (shut down, kill); the pages read the state under the master's lock.
-``/metrics`` serves Prometheus's text format (:mod:`appmaster.metrics`).
+``/metrics`` serves Prometheus's text format (:mod:`appmaster.metrics`), ``/`` the web
+console (:mod:`appmaster.console`).
 Every endpoint is listed in ``docs/rest-api.md``.
 
 Every request is authorized first (:mod:`appmaster.adminauth`: the
@@ -26,7 +27,7 @@ from typing import Any
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from appmaster import adminauth, metrics
+from appmaster import adminauth, console, metrics
 from appmaster.adminbody import MAX_BODY_BYTES, BadBody, Field, parse
 from appmaster.events import ContainerNotRunning, MasterPaused
 from appmaster.scaling import MAX_PARTITIONS
@@ -169,15 +170,7 @@ def create_app(master: Any, auth: adminauth.AdminAuth | None = None) -> Flask:
         except (KeyError, ValueError) as exc:
             return jsonify({"error": str(exc)}), 400
 
-    @app.get("/")
-    def index():  # noqa: ANN202
-        s = master.info()
-        rows = "".join(f"<tr><td>{r['label']}</td><td>{r['state']}</td><td>{r['container']}</td>"
-                       f"<td>{r['tuples_per_sec']}</td></tr>" for r in locked(master.state.operator_rows))
-        return (f"<html><head><title>stram {s['name']}</title></head><body><h1>{s['name']} ({s['id']})</h1>"
-                f"<p>state {s['state']} &middot; committed window {s['committed_window_hex']}</p>"
-                f"<table><tr><th>operator</th><th>state</th><th>container</th><th>tuples/s</th></tr>{rows}"
-                f"</table></body></html>")
+    console.register(app, master)
 
     return app
 

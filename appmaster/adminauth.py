@@ -19,6 +19,10 @@ Accepted (:meth:`AdminAuth.check`):
   application's modify ACL (``STRAM_MODIFY_ACL``, comma-separated, ``*`` for
   anyone; default: the user who launched it).
 
+The console's static shell (``GET /`` and ``GET /console/<asset>``: fixed
+files, no application data) is served to anyone, so a browser can open
+``…/#token=<token>``; every document it then fetches is authorized as above.
+
 Everything else is answered 401 (no or a wrong credential) or 403 (a proxied
 user without the right, a foreign ``Origin``) with ``{"error": ...}`` and one
 log line (rate-limited). A call that changes something (POST, PUT, DELETE,
@@ -214,12 +218,17 @@ class AdminAuth:
                      "$STRAM_HOME/apps/<appId>/token on the machine that launched the application)")
 
 
+def _static_shell(path: str) -> bool:
+    """The console's fixed files (its page and assets), which hold no application data."""
+    return path == "/" or (path.startswith("/console/") and "/" not in path[len("/console/"):])
+
+
 def install(app: Flask, auth: AdminAuth) -> None:
     """Make ``app`` authorize every request with ``auth``; adds ``GET /login?token=<token>``."""
 
     @app.before_request
     def authorize():  # noqa: ANN202
-        if request.path == "/login":
+        if request.path == "/login" or (request.method in ("GET", "HEAD") and _static_shell(request.path)):
             return None
         refused = auth.check()
         if refused is None:

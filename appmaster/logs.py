@@ -27,7 +27,7 @@ from typing import Callable, Iterator
 
 from appmaster.errors import StramError, UserError
 
-__all__ = ["LogFile", "MASTER", "local_logs", "pick", "yarn_logs", "render", "tail_lines", "follow_files"]
+__all__ = ["LogFile", "MASTER", "local_logs", "logs_in", "pick", "yarn_logs", "render", "tail_lines", "follow_files"]
 
 #: The master's log name; a container's is ``<container id>.log``.
 MASTER = "master"
@@ -64,7 +64,11 @@ def _read_text(path: str) -> str:
 
 def local_logs(app_dir: str) -> list[LogFile]:
     """Every log file of a local application, rotated pieces in time order."""
-    logs_dir = os.path.join(app_dir, "logs")
+    return logs_in(os.path.join(app_dir, "logs"))
+
+
+def logs_in(logs_dir: str) -> list[LogFile]:
+    """Every log file in a directory (a local application's ``logs``), rotated pieces in time order."""
     if not os.path.isdir(logs_dir):
         return []
     names = [n for n in os.listdir(logs_dir) if os.path.isfile(os.path.join(logs_dir, n))]

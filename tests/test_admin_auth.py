@@ -45,7 +45,7 @@ def routes(app):
     """(method, URL) of every endpoint of ``app`` but /login and static files."""
     out = []
     for rule in app.url_map.iter_rules():
-        if rule.endpoint in ("static", "login"):
+        if rule.endpoint in ("static", "login", "console_index", "console_asset"):  # public: no data
             continue
         url = rule.rule
         for arg in rule.arguments:
@@ -153,3 +153,15 @@ def test_proxy_hosts_from_yarn_site():
                                 "yarn.resourcemanager.webapp.address.rm1": "a.example:8088",
                                 "yarn.resourcemanager.webapp.address.rm2": "b.example:8088"})
     assert "a.example:8088" in ha and "b.example:8088" in ha
+
+
+def test_the_console_shell_is_public_and_holds_no_data(master):
+    """``/`` and ``/console/<asset>`` are fixed files anyone may load (the page then asks for the token);
+    everything under them that is not an asset, and every document, is refused without it."""
+    client = create_app(master, AdminAuth(TOKEN)).test_client()
+    page = client.get("/")
+    assert page.status_code == 200 and b"app-auth" not in page.data
+    assert client.get("/console/console.js").status_code == 200
+    assert client.get("/console/x/../../ws/v2/stram/info").status_code in (401, 404)
+    assert client.post("/", json={}).status_code in (401, 405)
+    assert client.get("/ws/v2/stram/logicalPlan").status_code == 401

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.slow
 WORDS = ROOT / "specs" / "data" / "words.txt"
 
 PATHS = [("GET", "/ws/v2/stram/info"), ("GET", "/ws/v2/stram/operators"), ("GET", "/ws/v2/stram/plan"),
-         ("GET", "/ws/v2/stram/containers"), ("GET", "/ws/v2/stram/snapshot"), ("GET", "/metrics"), ("GET", "/"),
+         ("GET", "/ws/v2/stram/containers"), ("GET", "/ws/v2/stram/snapshot"), ("GET", "/metrics"),
          ("GET", "/ws/v2/stram/containers/c1/stackTrace"), ("DELETE", "/ws/v2/stram/containers/c1"),
          ("PUT", "/ws/v2/stram/containers/c1"), ("POST", "/ws/v2/stram/shutdown"), ("POST", "/ws/v2/stram/kill"),
          ("PUT", "/ws/v2/stram/kill"), ("POST", "/ws/v2/stram/operators/count/partitions")]
@@ -87,6 +87,9 @@ def test_a_running_word_count_refuses_strangers_and_keeps_its_secrets(tmp_path):
                                                        "Origin": "http://evil.example",
                                                        "Content-Type": "application/json"}, body)
                 assert status == 403, (method, path, status)
+        # the console's page is a fixed file anyone may load: no application data in it
+        status, text = http(base + "/")
+        assert status == 200 and app_id.encode() not in text and b"wordcount" not in text
         status, text = http(base + "/ws/v2/stram/info", headers={"Authorization": f"Bearer {token}"})
         assert status == 200 and json.loads(text)["state"] == "RUNNING"
         # no process of the application carries the token in its environment or command line

@@ -193,6 +193,25 @@ class YarnLauncher(Launcher):
                 ended.append((cid, code))
         return ended
 
+    def log_page(self, container_id: str) -> str | None:
+        """The NodeManager's page of a live container's logs (what the console links to); None when
+        the container is not live or YARN does not say where it runs yet."""
+        with self._lock:
+            skein_id = self._skein_ids.get(container_id)
+        if skein_id is None:
+            return None
+        try:
+            found = [c for c in self.app_client.get_containers(services=list(self.services)) if c.id == skein_id]
+        except Exception as exc:  # noqa: BLE001 - the console says it does not know
+            log.info("could not ask the Skein application master where %s runs: %s", container_id, exc)
+            return None
+        if not found or not found[0].yarn_node_http_address or not found[0].yarn_container_id:
+            return None
+        c = found[0]
+        # the NodeManager sets USER to the application's user in its containers (this one too)
+        return (f"http://{c.yarn_node_http_address}/node/containerlogs/{c.yarn_container_id}/"
+                f"{os.environ.get('USER', '')}")
+
     def running(self) -> list[str]:
         """Containers requested or running and not yet reported ended."""
         with self._lock:
