@@ -123,8 +123,9 @@ streams:
 
 
 def _console_url(app_id: str) -> str:
+    """The console of a local application, with its token in the address (the page keeps it)."""
     url = wait_until(lambda: stram_apps.find_app(app_id).get("admin_url"), timeout=60, what="the admin URL")
-    return url + "/"
+    return url + "/#token=" + urllib.parse.quote(stram_apps.read_token(app_id))
 
 
 def _all_active(app_id: str) -> bool:
@@ -299,7 +300,8 @@ def test_behind_a_proxy_a_script_name_shows_as_text_and_scale_and_kill_work(tmp_
     app_id = launch_detached(_spec(tmp_path, XSS_NAME, WORDS, 100))
     page = proxy = None
     try:
-        proxy = PrefixProxy(_console_url(app_id).rstrip("/"), f"/proxy/{app_id}/pages/stram")
+        _console_url(app_id)  # the master is up
+        proxy = PrefixProxy(stram_apps.find_app(app_id)["admin_url"], f"/proxy/{app_id}/pages/stram")
         # no trailing slash: the page adds it; the token is kept for the tab and leaves the address bar
         token = stram_apps.read_token(app_id)
         page = Page(chromium, proxy.url + "#token=" + urllib.parse.quote(token))
