@@ -30,6 +30,7 @@ from werkzeug.exceptions import HTTPException
 from appmaster import adminauth, console, metrics
 from appmaster.adminbody import MAX_BODY_BYTES, BadBody, Field, parse
 from appmaster.events import ContainerNotRunning, MasterPaused
+from appmaster.reports import operator_rows
 from appmaster.scaling import MAX_PARTITIONS
 from appmaster.state import KillContainerRequest, StackTraceRequest, UnknownContainer
 
@@ -88,7 +89,8 @@ def create_app(master: Any, auth: adminauth.AdminAuth | None = None) -> Flask:
 
     @app.get("/ws/v2/stram/operators")
     def operators():  # noqa: ANN202
-        return jsonify({"operators": locked(master.state.operator_rows)})
+        # copied under the lock, turned into rows (most of the work) without it
+        return jsonify({"operators": operator_rows(locked(master.state.operator_copies))})
 
     @app.get("/ws/v2/stram/containers")
     def containers():  # noqa: ANN202
@@ -98,9 +100,11 @@ def create_app(master: Any, auth: adminauth.AdminAuth | None = None) -> Flask:
     def snapshot():  # noqa: ANN202
         """info, operators and containers as of one moment (one hold of the lock)."""
         def read() -> dict[str, Any]:
-            return {"info": master.info(), "operators": master.state.operator_rows(),
+            return {"info": master.info(), "operators": master.state.operator_copies(),
                     "containers": master.state.container_rows()}
-        return jsonify(locked(read))
+        doc = locked(read)
+        doc["operators"] = operator_rows(doc["operators"])
+        return jsonify(doc)
 
     @app.get("/ws/v2/stram/plan")
     def plan():  # noqa: ANN202

@@ -94,6 +94,13 @@ class LocalRun:
             return None
         return find_app(self.app_id).get("state")
 
+    def wait_end(self, seconds: float) -> None:
+        """Wait up to ``seconds``, returning as soon as the supervisor (the application) ended."""
+        try:
+            self.supervisor.wait(seconds)
+        except subprocess.TimeoutExpired:
+            pass
+
     def progress(self, elapsed: float) -> str:
         try:
             app = find_app(self.app_id)

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 import proto
+from appmaster.changes import structure
 from appmaster.events import UnknownContainer
 from appmaster.plan import PTOperator
 from appmaster.recovery import GONE
@@ -35,6 +36,16 @@ class DeployMessages:
 
     plan: Any
     token: str
+
+    def _downstream_map(self) -> dict[int, list[int]]:
+        """The plan's :meth:`~appmaster.plan.PhysicalPlan.downstream_map`, kept while its shape
+        stays (deploying a plan of n operators reads it n times)."""
+        plan = self.plan
+        key = (structure(), len(plan.operators), plan.next_operator_id, plan.next_container_number)
+        cached = getattr(self, "_downstream_cache", None)
+        if cached is None or cached[0] is not plan or cached[1] != key:
+            cached = self._downstream_cache = (plan, key, plan.downstream_map())
+        return cached[2]
 
     def init_context(self, container_id: str) -> proto.StreamingContainerContext:
         """A container's init context (a query: changes nothing).
@@ -87,12 +98,13 @@ class DeployMessages:
                 d.buffer_server_host, d.buffer_server_port, d.buffer_server_token = host, port, token
                 d.partition_mask = inp.partition_mask
                 d.partition_keys.extend(inp.partition_keys)
+        downstream = self._downstream_map().get(op.id, []) if op.outputs else []
         for port, stream in op.outputs.items():
-            subscribers = [(d, i) for d in plan.downstream(op.id)
+            subscribers = [(d, i) for d in downstream
                            for i in plan.operators[d].inputs if i.source_id == op.id and i.source_port == port]
             remote = any(plan.operators[d].container != op.container for d, _ in subscribers)
-            tag_mask = plan.output_mask(op.id, port)
-            op.publisher_masks[port] = tag_mask  # what the running publisher tags with (scaling reads it)
+            tag_mask = plan.output_mask(op.id, port, downstream)
+            op.publisher_masks = {**op.publisher_masks, port: tag_mask}  # what the running publisher tags with
             out = info.outputs.add(port_name=port, declared_stream_id=stream, remote=remote,
                                    partition_mask=tag_mask)
             if remote:

@@ -54,6 +54,9 @@ class Run(Protocol):
     def outcome(self) -> tuple[str, str]:
         """(final state, diagnostics) after :meth:`poll` reported the end."""
 
+    # Optional: ``wait_end(seconds)`` waits up to ``seconds`` but returns as soon as the
+    # application ended (else :func:`follow` sleeps between two looks).
+
 
 def follow(run: Run, duration: float | None = None, *, interval: float = 0.5,
            quiet_seconds: float = 5.0) -> int:
@@ -108,7 +111,8 @@ def follow(run: Run, duration: float | None = None, *, interval: float = 0.5,
                 print(("\r" + line.ljust(100)) if tty else line, end="" if tty else "\n",
                       file=sys.stderr, flush=True)
                 last_line = line
-            time.sleep(interval)
+            # a run that can tell its end returns at once (stram launch exits right after its app)
+            getattr(run, "wait_end", time.sleep)(interval)
     except KeyboardInterrupt:
         print(f"\ninterrupted: killing {run.app_id}", file=sys.stderr)
         run.kill()

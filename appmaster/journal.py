@@ -1,8 +1,9 @@
 """The master's journal: what a new master attempt needs, as a versioned JSON document.
 
 ``APP_PATH/journal/snapshot`` holds one document, rewritten whole and atomically
-(a temporary file, then a move, through ``pyarrow.fs``) before the master acts
-on what it records (a heartbeat response, a checkpoint deletion, a launch).
+(a temporary file, then a move, through ``pyarrow.fs``); between two snapshots
+the master appends what changed to a log (:mod:`appmaster.journallog`), before
+it acts on what it records (a heartbeat response, a checkpoint deletion, a launch).
 It is plain data, not a pickle of the plan's classes, so a journal says what it
 holds and a stram that cannot read it says so::
 
@@ -156,6 +157,8 @@ def plan_from_doc(doc: dict[str, Any]) -> PhysicalPlan:
 
 
 def _plain(value: Any) -> Any:
+    if value is None or type(value) in (int, str, bool, float):
+        return value
     if isinstance(value, (OperatorState, ContainerState)):
         return value.value
     if isinstance(value, (set, frozenset)):
@@ -169,8 +172,14 @@ def _plain(value: Any) -> Any:
     return value  # str, int, None, and JSON values (properties, attributes, stats)
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def _to_doc(obj: Any) -> dict[str, Any]:
-    return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    names = _FIELD_NAMES.get(type(obj))
+    if names is None:
+        names = _FIELD_NAMES[type(obj)] = tuple(f.name for f in dataclasses.fields(obj))
+    return {name: _plain(getattr(obj, name)) for name in names}
 
 
 def _from_doc(cls: type, doc: dict[str, Any], convert: dict[str, Callable[[Any], Any]]) -> Any:

@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping
 from appmaster import scaling
 from appmaster.addressfiles import AddressFiles
 from appmaster.events import DiskFull, MasterPaused, Resumed
-from appmaster.journal import read_journal, write_journal
+from appmaster.journallog import JournalWriter, read_journal
 from appmaster.launcher import ContainerRequest, Launcher
 from appmaster.server import UmbilicalServicer, create_server
 from appmaster.state import (AdoptContainer, AdoptContainers, ContainerExited, ContainersStopped,
@@ -144,6 +144,8 @@ class AppMaster(AddressFiles):
         self.lock = threading.RLock()
         now = _now()
         previous = read_journal(app_path)  # JournalVersionError: one this stram cannot read
+        #: Snapshots and the log of what changed between them (:mod:`appmaster.journallog`).
+        self.journal_writer = JournalWriter(app_path, previous["log_generation"] if previous else 0)
         if previous is not None:
             self.state = MasterState.restore(spec, previous, app_path, token, now)
         else:
@@ -186,16 +188,13 @@ class AppMaster(AddressFiles):
         checkpoint deletion), so a restarted master never resumes from
         anything that was already purged.
         """
-        key = self.state.journal_key()
-        if key == self._journal_key:
-            return
         what = f"writing the journal under {self.app_path}"
         began: float | None = None
         delay = 0.05
         while True:
             try:
-                write_journal(self.app_path, self.state.snapshot())  # atomic: a temporary file, then a move
-                self._journal_key = key
+                if self.journal_writer.write(self.state):  # a log line, or a snapshot (atomic)
+                    self._journal_key = (self.journal_writer.snapshots, self.journal_writer.lines)
                 break
             except OSError as exc:
                 if not space.is_no_space(exc):
@@ -213,7 +212,6 @@ class AppMaster(AddressFiles):
                     break
                 self._pause_wait.wait(delay)  # the lock is released: the admin API still answers
                 delay = min(delay * 2, space.MAX_DELAY)
-                key = self.state.journal_key()
         if began is not None:
             self._pause_thread = None
             resumed = self.state.state == "RUNNING"
@@ -485,6 +483,7 @@ class AppMaster(AddressFiles):
         self.dispatch(ShutdownRequest(_now()))
 
     def stop(self) -> None:
+        self.journal_writer.close()
         if self.admin is not None:
             self.admin.shutdown()
         if self.server is not None:
@@ -512,7 +511,7 @@ class AppMaster(AddressFiles):
         finishing (outputs making their last windows final) is written RUNNING:
         a reader who sees SUCCEEDED must find the whole output.
         """
-        info = self.info()
+        info = self.info(brief=True)
         status = {k: info[k] for k in ("id", "name", "state", "diagnostics", "committed_window",
                                        "started_millis", "finished_millis", "containers", "operators",
                                        "failures", "paused")}
@@ -525,11 +524,12 @@ class AppMaster(AddressFiles):
         except OSError as exc:
             files_log.warning("could not write status.json: %s", exc)
 
-    def info(self) -> dict[str, Any]:
+    def info(self, brief: bool = False) -> dict[str, Any]:
         """The state's info, with what waits for space: ``paused`` (who -> what) and, while the
-        application runs, ``diagnostics`` ``paused: no space left on device writing …``."""
+        application runs, ``diagnostics`` ``paused: no space left on device writing …``
+        (``brief``: without the per-operator tables)."""
         with self.lock:
-            info = self.state.info()
+            info = self.state.info(brief)
         paused = dict(info.get("paused") or {})
         mine = self.pauses.describe()
         if mine:

@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from appmaster.reports import operator_rows
 from container.windows import window_index, window_millis
 
 __all__ = ["StramCollector", "metrics_snapshot", "families", "registry_for", "exposition", "CONTENT_TYPE"]
@@ -30,12 +31,14 @@ OPERATOR_LABELS = ["app", "operator", "partition", "id"]
 
 
 def metrics_snapshot(state: Any, now_millis: int) -> dict[str, Any]:
-    """What one scrape shows, read from ``state`` (the caller holds the master's lock): plain data."""
+    """What one scrape shows, read from ``state`` (the caller holds the master's lock): plain data,
+    but for the operators, copied (:meth:`~appmaster.reports.StateReports.operator_copies`; :func:`families`
+    turns them into rows without the lock)."""
     return {"app": state.app_id, "name": state.spec.name, "state": state.state, "attempt": state.attempt,
             "started_millis": state.started_millis, "committed": state.committed,
             "window_millis": int(state.attr("STREAMING_WINDOW_SIZE_MILLIS")),
             "recoveries": state.recoveries, "heartbeats": state.heartbeats, "now_millis": now_millis,
-            "operators": state.operator_rows(), "containers": state.container_rows()}
+            "operators": state.operator_copies(), "containers": state.container_rows()}
 
 
 def _operator_labels(app: str, row: dict[str, Any]) -> list[str]:
@@ -155,6 +158,7 @@ class StramCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         with self.master.lock:
             snap = metrics_snapshot(self.master.state, self.clock())
+        snap["operators"] = operator_rows(snap["operators"])  # without the lock
         return families(snap)
 
     def describe(self) -> list[Metric]:

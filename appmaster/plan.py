@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from appmaster.changes import COMMITTED, Tracked, touch
 from container.partition import partition_keys, partition_mask
 
 __all__ = ["OperatorState", "ContainerState", "PTInput", "PTOperator", "PTContainer", "PhysicalPlan",
@@ -65,7 +66,7 @@ class PTInput:
 
 
 @dataclass
-class PTOperator:
+class PTOperator(Tracked):
     """A physical operator: one partition of a logical operator, or a unifier."""
 
     id: int
@@ -114,7 +115,7 @@ class PTOperator:
 
 
 @dataclass
-class PTContainer:
+class PTContainer(Tracked):
     """A container group: operators that run in one process."""
 
     id: str
@@ -140,6 +141,10 @@ class PTContainer:
     #: The agent's buffer-server publishers as last reported: name -> memory_bytes,
     #: spilled_bytes, windows, first_window, last_window.
     publishers: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+#: The committed window follows operators only (a container's state is not an operator's).
+COMMITTED.types = (PTOperator,)
 
 
 class PhysicalPlan:
@@ -269,10 +274,12 @@ class PhysicalPlan:
         if op.container and op.container in self.containers:
             self.containers[op.container].operators.discard(op_id)
             self.containers[op.container].pending_deploy.discard(op_id)
+            touch(self.containers[op.container])
         op.container = container_id
         container = self.containers[container_id]
         container.operators.add(op_id)
         container.pending_deploy.add(op_id)
+        touch(container)
         container.memory_mb = max(container.memory_mb, int(op.attributes.get("CONTAINER_MEMORY_MB", 0) or 0))
         container.vcores = max(container.vcores, int(op.attributes.get("VCORES", 1) or 1))
 
@@ -328,10 +335,11 @@ class PhysicalPlan:
         source = self.operators.get(inp.source_id)
         return source is not None and source.container == op.container
 
-    def output_mask(self, op_id: int, port: str) -> int:
+    def output_mask(self, op_id: int, port: str, downstream: list[int] | None = None) -> int:
         """Tag mask of an output port's publisher: 0 when no subscriber is partitioned, else the
-        largest subscriber mask widened to :data:`PUBLISHER_TAG_MASK` (headroom for repartitioning)."""
-        masks = [i.partition_mask for d in self.downstream(op_id)
+        largest subscriber mask widened to :data:`PUBLISHER_TAG_MASK` (headroom for repartitioning).
+        ``downstream``: :meth:`downstream` of ``op_id`` when the caller has it."""
+        masks = [i.partition_mask for d in (self.downstream(op_id) if downstream is None else downstream)
                  for i in self.operators[d].inputs if i.source_id == op_id and i.source_port == port]
         widest = max(masks, default=0)
         return widest | PUBLISHER_TAG_MASK if widest else 0

@@ -18,6 +18,7 @@ import collections
 from typing import Any
 
 import proto
+from appmaster.changes import touch
 from appmaster.events import (AdoptContainers, ContainerExited, ContainerStarted, DiskFull, ErrorReport,
                               KillContainerRequest, Resumed, Tick, UnknownContainer)
 from appmaster.instructions import AdoptContainer, Instruction, KillContainer
@@ -194,10 +195,12 @@ class Recovery:
                 instructions += self._recover([container.id], now,
                                               f"no heartbeat from {container.id} for {timeout} ms", kill=True)
         window_ms = int(self.attr("STREAMING_WINDOW_SIZE_MILLIS"))
-        for op in list(self.plan.operators.values()):
-            limit = int(op.attributes.get("TIMEOUT_WINDOW_COUNT") or self.attr("TIMEOUT_WINDOW_COUNT")) * window_ms
-            if op.state == OperatorState.ACTIVE and op.window_advanced_millis \
-                    and now - op.window_advanced_millis > limit and op.id not in self.blocked:
+        default, active = self.attr("TIMEOUT_WINDOW_COUNT"), OperatorState.ACTIVE
+        for op in list(self.plan.operators.values()):  # cheap tests first: every operator, every tick
+            if op.state != active or not op.window_advanced_millis or op.id in self.blocked:
+                continue
+            limit = int(op.attributes.get("TIMEOUT_WINDOW_COUNT") or default) * window_ms
+            if now - op.window_advanced_millis > limit:
                 self.blocked.add(op.id)
                 self._operator_blocked(op, now, now - op.window_advanced_millis)  # asks for its stack
         return instructions + self._resolve_blocked(now)  # restarts it, its stack in its last error
@@ -255,8 +258,8 @@ class Recovery:
         for window in [w for w, ids in self.shutdown_operators.items() if not ids]:
             self.shutdown_operators.pop(window)
         for old_id, new_id in replacements.items():
-            self.plan.containers[old_id].operators.clear()
-            self.plan.containers[old_id].pending_deploy.clear()
+            self.plan.containers[old_id].operators = set()
+            self.plan.containers[old_id].pending_deploy = set()
             new = self.plan.containers[new_id]
             restarts = max((self.plan.operators[o].restarts for o in new.operators), default=1)
             delay = restart_backoff_millis(restarts)
@@ -276,6 +279,7 @@ class Recovery:
         self._undeploy[container.id].add(op.id)
         self._resets[container.id].update(f"{op.id}.{port}" for port in op.outputs)
         container.pending_deploy.add(op.id)
+        touch(container)
 
     def _reset_for_redeploy(self, op: PTOperator, affected: set[int]) -> None:
         """An operator about to be deployed again resumes from its recovery checkpoint."""

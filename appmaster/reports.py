@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import json
+import operator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -146,9 +147,17 @@ class StateReports:
                 assert not (window <= self.committed and downstream_ready), \
                     f"operator {op_id} parked past its removal (window {window}, committed {self.committed})"
 
-    def info(self) -> dict[str, Any]:
-        """What ``get-app-info`` shows."""
+    def info(self, brief: bool = False) -> dict[str, Any]:
+        """What ``get-app-info`` shows (``brief``: without the per-operator tables, for status.json)."""
         ops = self.plan.operators
+        if brief:
+            return {"id": self.app_id, "name": self.spec.name, "state": self.state, "diagnostics": self.diagnostics,
+                    "started_millis": self.started_millis, "finished_millis": self.finished_millis,
+                    "committed_window": self.committed,
+                    "containers": sum(1 for c in self.plan.containers.values() if c.state in ALIVE),
+                    "operators": len(ops), "paused": dict(getattr(self, "paused", {})),
+                    "failures": {label: {k: v for k, v in f.items() if k != "seen"}
+                                 for label, f in sorted(self.failures.items(), key=lambda kv: kv[1]["millis"])}}
         return {
             "id": self.app_id, "name": self.spec.name, "state": self.state, "diagnostics": self.diagnostics,
             "app_path": self.app_path, "started_millis": self.started_millis,
@@ -175,25 +184,17 @@ class StateReports:
         }
 
     def operator_rows(self) -> list[dict[str, Any]]:
-        rows = []
-        for op in self.plan.operators.values():
-            history = self.window_history.get(op.id) or []
-            last = history[-1] if history else None
-            totals = self.totals.get(op.id) or OperatorTotals()
-            rows.append({"id": op.id, "name": op.name, "label": op.label, "kind": op.kind,
-                         "partition": None if op.kind == "UNIFIER" else op.partition_index,
-                         "blocked": op.id in self.blocked,
-                         "container": op.container, "state": op.state.value,
-                         "current_window": op.current_window, "recovery_checkpoint": op.recovery_checkpoint,
-                         "tuples_per_sec": round(self.throughput(op.id), 1),
-                         "last_window_tuples": [last.tuples_in, last.tuples_out] if last else [0, 0],
-                         # counters (never go backward; see OperatorTotals): what /metrics exports
-                         "tuples_in_total": totals.tuples_in, "tuples_out_total": totals.tuples_out,
-                         "tuples_processed_total": totals.tuples_in if op.inputs else totals.tuples_out,
-                         "windows_total": totals.windows, "cpu_seconds_total": totals.cpu_nanos / 1e9,
-                         "metrics": last.metrics if last else {},
-                         "restarts": op.restarts, "last_error": last_line(op.last_error)})
-        return rows
+        """The ``operators`` page (:meth:`operator_copies` turned into rows)."""
+        return operator_rows(self.operator_copies())
+
+    def operator_copies(self) -> list[tuple]:
+        """What the operators page needs, copied (quick: the caller may hold the master's lock;
+        :func:`operator_rows` builds the page from it without the lock)."""
+        empty, _totals = OperatorTotals(), operator.attrgetter("tuples_in", "tuples_out", "windows", "cpu_nanos")
+        blocked, history, totals = self.blocked, self.window_history, self.totals
+        return [(op, op.state.value, op.current_window, op.recovery_checkpoint, op.container, op.restarts,
+                 op.last_error, bool(op.inputs), op.id in blocked, tuple(history.get(op.id) or ()),
+                 _totals(totals.get(op.id) or empty)) for op in self.plan.operators.values()]
 
     def container_rows(self) -> list[dict[str, Any]]:
         return [{"id": c.id, "state": c.state, "host": c.host, "process": c.process,
@@ -203,3 +204,31 @@ class StateReports:
                  "buffer_server_publishers": c.publishers,
                  "last_heartbeat_millis": c.last_heartbeat_millis}
                 for c in self.plan.containers.values()]
+
+
+def operator_rows(copies: list[tuple]) -> list[dict[str, Any]]:
+    """The rows of the operators page, from :meth:`StateReports.operator_copies`."""
+    rows = []
+    for op, state, current, recovery, container, restarts, error, has_inputs, blocked, history, totals in copies:
+        tuples_in, tuples_out, windows, cpu_nanos = totals
+        last = history[-1] if history else None
+        if len(history) >= 2 and history[-1].end_millis > history[0].end_millis:
+            span = (history[-1].end_millis - history[0].end_millis) / 1000
+            throughput = sum(h.tuples_out or h.tuples_in for h in history[1:]) / span
+        else:
+            throughput = 0.0
+        rows.append({"id": op.id, "name": op.name, "label": op.label, "kind": op.kind,
+                     "partition": None if op.kind == "UNIFIER" else op.partition_index,
+                     "blocked": blocked,
+                     "container": container, "state": state,
+                     "current_window": current, "recovery_checkpoint": recovery,
+                     "tuples_per_sec": round(throughput, 1),
+                     "last_window_tuples": [last.tuples_in, last.tuples_out] if last else [0, 0],
+                     # counters (never go backward; see OperatorTotals): what /metrics exports
+                     "tuples_in_total": tuples_in, "tuples_out_total": tuples_out,
+                     "tuples_processed_total": tuples_in if has_inputs else tuples_out,
+                     "windows_total": windows, "cpu_seconds_total": cpu_nanos / 1e9,
+                     "metrics": last.metrics if last else {},
+                     "restarts": restarts, "last_error": last_line(error)})
+    return rows
+

@@ -28,6 +28,8 @@ from typing import Any, Callable
 import proto
 from appmaster import journal, scaling
 from appmaster.deploy import DAG_ATTRIBUTES, DeployMessages
+from appmaster.changes import touch
+from appmaster.committed import CommittedWindow
 from appmaster.diagnose import Diagnose
 from appmaster.events import (AdoptContainers, ContainerExited, ContainerStarted, ContainersStopped, DiskFull,
                               ErrorReport, Heartbeat, InitContextRequest, KillApp, KillContainerRequest,
@@ -93,6 +95,7 @@ class MasterState(DeployMessages, Recovery, Diagnose, StateReports):
                                            self.attributes.get("CONTAINERS_MAX_COUNT"))
         #: The newest window no failure can make the application process again; never goes backward.
         self.committed = self.initial_window
+        self.committed_window = CommittedWindow()
         #: window id -> operators that shut down in that window, awaiting safe removal.
         self.shutdown_operators: dict[int, list[int]] = {}
         self.state = "RUNNING"
@@ -331,10 +334,9 @@ class MasterState(DeployMessages, Recovery, Diagnose, StateReports):
             return []  # a report of the incarnation being replaced (its undeploy is on the way)
         if op.state == OperatorState.SHUTDOWN and ohb.state == proto.OperatorHeartbeat.ACTIVE:
             return []  # late report from before the shutdown
-        for saved in ohb.saved_checkpoints:
-            if saved not in op.checkpoints and saved > op.recovery_checkpoint:
-                op.checkpoints.append(saved)
-        op.checkpoints.sort()
+        fresh = [c for c in ohb.saved_checkpoints if c not in op.checkpoints and c > op.recovery_checkpoint]
+        if fresh:  # assigned, not changed in place: the committed window and the journal see it
+            op.checkpoints = sorted({*op.checkpoints, *fresh})
         if ohb.current_window_id > op.current_window:
             op.current_window = ohb.current_window_id
             op.window_advanced_millis = now
@@ -388,7 +390,7 @@ class MasterState(DeployMessages, Recovery, Diagnose, StateReports):
                 op = self.plan.operators[op_id]
                 response.deploy_request.append(self.deploy_info(op))
                 op.state = OperatorState.DEPLOYING
-            container.pending_deploy.clear()
+            container.pending_deploy = set()
         if not container.operators and container.state == ContainerState.RUNNING and self.plan.operators:
             container.state = ContainerState.RELEASED
             response.shutdown = True
@@ -408,22 +410,9 @@ class MasterState(DeployMessages, Recovery, Diagnose, StateReports):
 
     # ------------------------------------------------------------ committed window
     def _update_committed(self, now: int) -> list[Instruction]:
-        if not self.plan.operators:
-            return []
-        rec = recovery_checkpoints(self.plan, self.initial_window)
-        instructions: list[Instruction] = []
-        for op_id, window in rec.items():
-            op = self.plan.operators[op_id]
-            if window > op.recovery_checkpoint:
-                op.recovery_checkpoint = window
-            old = tuple(c for c in op.checkpoints if c < op.recovery_checkpoint)
-            if old:
-                op.checkpoints = [c for c in op.checkpoints if c >= op.recovery_checkpoint]
-                instructions.append(DeleteCheckpoints(op_id, old))
-        committed = min(op.recovery_checkpoint for op in self.plan.operators.values())
-        if committed > self.committed:
-            self.committed = committed
-        return instructions
+        """Recovery checkpoints and the committed window (:mod:`appmaster.committed`: from what
+        changed, equal to :func:`~appmaster.rules.recovery_checkpoints` over the whole plan)."""
+        return self.committed_window.update(self)
 
     # ------------------------------------------------------------ safe removal
     def _process_shutdown_operators(self, now: int) -> None:
@@ -471,6 +460,7 @@ class MasterState(DeployMessages, Recovery, Diagnose, StateReports):
         if container is not None:
             container.operators.discard(op.id)
             container.pending_deploy.discard(op.id)
+            touch(container)
             if container.state in ALIVE:
                 self._undeploy[container.id].add(op.id)
         self.removed.append({"id": op.id, "label": op.label, "window": op.shutdown_window,

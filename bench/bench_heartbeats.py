@@ -173,7 +173,10 @@ def run_master(app_dir: str, profile: bool) -> int:
     if profiler is not None:
         profiler.disable()
         profiler.dump_stats(os.path.join(app_dir, "master.prof"))
-    journal_bytes = os.path.getsize(journal_file) if os.path.exists(journal_file) else 0
+    journal_dir = os.path.dirname(journal_file)
+    journal_bytes = sum(os.path.getsize(os.path.join(journal_dir, name)) for name in os.listdir(journal_dir))
+    writer = master.journal_writer
+    figures.update(journal_snapshots=writer.snapshots, journal_lines=writer.lines)
     figures.update(journal_writes=len(journal_times), journal_ms=_ms(journal_times), journal_bytes=journal_bytes,
                    committed_updates=len(committed_times), committed_ms=_ms(committed_times))
     with open(os.path.join(sim, "master.json"), "w") as f:
@@ -393,6 +396,7 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
         "journal_ms_mean": round(mfig.get("journal_ms", {}).get("mean", 0.0), 2),
         "journal_ms_p99": round(mfig.get("journal_ms", {}).get("p99", 0.0), 2),
         "journal_kb": round(mfig.get("journal_bytes", 0) / 1024, 1),
+        "journal_snapshots": mfig.get("journal_snapshots", 0), "journal_lines": mfig.get("journal_lines", 0),
         "committed_ms_mean": round(mfig.get("committed_ms", {}).get("mean", 0.0), 3),
         "committed_ms_max": round(mfig.get("committed_ms", {}).get("max", 0.0), 3),
         "admin_operators_ms": round(statistics.median(admin_ms), 1) if admin_ms else None,

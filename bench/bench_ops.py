@@ -19,6 +19,8 @@ class BlastSource(InputOperator):
     batch: int = 4096
     #: Emit pyarrow.RecordBatch tuples of ``batch`` rows instead of strings.
     arrow: bool = False
+    #: Emit each call's strings with one ``emit_batch`` (a batch operator) instead of ``emit`` on each.
+    batched: bool = False
     transient = ("_payload",)
 
     def __init__(self) -> None:
@@ -44,8 +46,11 @@ class BlastSource(InputOperator):
             self.sent += self.batch
             return
         n = min(self.batch, self.count - self.sent)
-        for i in range(n):
-            emit(payload[i])
+        if self.batched:
+            self.output.emit_batch(payload if n == len(payload) else payload[:n])
+        else:
+            for i in range(n):
+                emit(payload[i])
         self.sent += n
 
 
@@ -72,6 +77,15 @@ class CountSink(Operator):
             with open(self.result, "w") as f:
                 json.dump({"tuples": self._n, "seconds": self._last - self._first,
                            "last_wall": time.time()}, f)
+
+
+class BatchCountSink(CountSink):
+    """Counts what arrives a batch at a time (a batch operator)."""
+
+    def process_batch(self, tuples: list) -> None:
+        if not self._n:
+            self._first = time.perf_counter()
+        self._n += len(tuples)
 
 
 class RowCountSink(CountSink):

@@ -3,7 +3,8 @@
     python bench/bench_transfer.py [--tuples N]
 
 Launches real local applications (master, agents, buffer servers) with a
-BlastSource feeding a CountSink over THREAD_LOCAL, CONTAINER_LOCAL and
+BlastSource feeding a CountSink (per-tuple operators, then batch operators:
+``emit_batch`` and ``process_batch``) over THREAD_LOCAL, CONTAINER_LOCAL and
 separate-container (buffer server) streams, for 64-byte and 4 KiB strings and
 Arrow batches of 64-byte rows, and prints tuples/s and the containers' peak
 RSS. Rates are measured at the sink, from its first to its last tuple.
@@ -30,7 +31,7 @@ name: bench-{name}
 attributes: {{STREAMING_WINDOW_SIZE_MILLIS: 200, HEARTBEAT_INTERVAL_MILLIS: 500, CHECKPOINT_WINDOW_COUNT: 1000,
              BUFFER_MEMORY_MB: 512}}
 operators:
-  source: {{class: "bench.bench_ops:BlastSource", properties: {{count: {count}, size: {size}, arrow: {arrow}, batch: {batch}}}}}
+  source: {{class: "bench.bench_ops:BlastSource", properties: {{count: {count}, size: {size}, arrow: {arrow}, batch: {batch}, batched: {batched}}}}}
   sink: {{class: "bench.bench_ops:{sink}", properties: {{result: "{result}"}}}}
 streams:
   s: {{from: source.output, to: [sink.input]{locality}{codec}}}
@@ -51,13 +52,15 @@ def peak_rss(app_home: str, stop: threading.Event, out: dict) -> None:
         time.sleep(0.2)
 
 
-def run(name: str, count: int, size: int, locality: str | None, arrow: bool = False) -> dict:
+def run(name: str, count: int, size: int, locality: str | None, arrow: bool = False,
+        batched: bool = False) -> dict:
     home = tempfile.mkdtemp(prefix="stram-bench-")
     result = os.path.join(home, "result.json")
     spec = os.path.join(home, "spec.yaml")
     with open(spec, "w") as f:
         f.write(SPEC.format(name=name, count=count, size=size, arrow=str(arrow).lower(),
-                            batch=1000 if arrow else 4096, result=result, sink="RowCountSink" if arrow else "CountSink",
+                            batch=1000 if arrow else 4096, result=result, batched=str(batched).lower(),
+                            sink="RowCountSink" if arrow else "BatchCountSink" if batched else "CountSink",
                             locality=f", locality: {locality}" if locality else "",
                             codec=", codec: arrow" if arrow else ""))
     env = dict(os.environ, STRAM_HOME=home, STRAM_LOG_LEVEL="WARNING")
@@ -90,6 +93,11 @@ def main() -> None:
         ("CONTAINER_LOCAL 4KiB", n // 10, 4096, "CONTAINER_LOCAL", False),
         ("buffer server 4KiB", n // 10, 4096, None, False),
         ("buffer server Arrow 64B rows", n * 4, 64, None, True),
+        # batch operators at both ends (emit_batch, process_batch)
+        ("THREAD_LOCAL 64B batch ops", n * 4, 64, "THREAD_LOCAL", False, True),
+        ("CONTAINER_LOCAL 64B batch ops", n * 4, 64, "CONTAINER_LOCAL", False, True),
+        ("buffer server 64B batch ops", n, 64, None, False, True),
+        ("buffer server 4KiB batch ops", n // 10, 4096, None, False, True),
     ]
     apex = {"THREAD_LOCAL 64B": 39.9e6, "CONTAINER_LOCAL 64B": 4.29e6, "buffer server 64B": 0.83e6}
     print(f"{'path':<30} {'tuples':>11} {'tuples/s':>13} {'vs Apex':>9}  peak RSS per container (MB)")

@@ -52,6 +52,9 @@ class MasterGone(Exception):
 
 #: Seconds between two log lines saying the same thing about an unreachable master.
 COMPLAIN_SECONDS = 5.0
+#: Heartbeat period of a container with no operator left running, for IDLE_FAST_SECONDS after that.
+IDLE_HEARTBEAT_SECONDS = 0.1
+IDLE_FAST_SECONDS = 3.0
 
 
 class Umbilical:
@@ -137,6 +140,9 @@ class Agent:
         #: The master asked for every thread's stack (stack_trace_required): the next heartbeat, at once.
         self._stack_wanted = False
         self._stop = threading.Event()
+        #: Set to send the next heartbeat at once (an operator ended or failed, or the agent stops).
+        self._wake = threading.Event()
+        self._idle_since: float | None = None
         self._lock = threading.Lock()
         self._process = psutil.Process()
 
@@ -166,10 +172,26 @@ class Agent:
                 if self._apply(response):
                     break
                 if not self._stack_wanted:
-                    self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+                    self._wake.wait(max(0.0, self._next_interval() - (time.monotonic() - started)))
+                    self._wake.clear()
         finally:
             self.shutdown()
         return 0
+
+    def _next_interval(self) -> float:
+        """Seconds to the next heartbeat: short for a few seconds once no operator is left running.
+
+        The application's end reaches a container only in a heartbeat response; a container whose
+        operators all ended asks often for a while, so it exits right after the application ends.
+        """
+        if self.nodes or self.failed_deploys:
+            self._idle_since = None
+            return self.interval
+        now = time.monotonic()
+        if self._idle_since is None:
+            self._idle_since = now
+        return min(self.interval, IDLE_HEARTBEAT_SECONDS) if now - self._idle_since < IDLE_FAST_SECONDS \
+            else self.interval
 
     def dag_attribute(self, name: str) -> Any:
         """A DAG attribute from the init context, else its default from the attribute table."""
@@ -211,6 +233,7 @@ class Agent:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
 
     def log(self, msg: str, level: str = "INFO") -> None:
         log.log(getattr(logging, level, logging.INFO), msg)
@@ -294,6 +317,9 @@ class Agent:
     def _on_state_change(self, node: Node) -> None:
         if node.state == NodeState.FAILED:
             self.report_error([node.id], node.error)
+        # the master hears of an operator's end (its last window, its final checkpoint) at once, not at
+        # the next heartbeat: the application finishes as soon as its last operator does
+        self._wake.set()
 
     # ------------------------------------------------------------ responses
     def _apply(self, r: proto.ContainerHeartbeatResponse) -> bool:
@@ -431,7 +457,7 @@ class Agent:
             if upstream is not None:
                 out = upstream.outputs[inp.source_port_name]
                 if locality == "THREAD_LOCAL" and node.inline:
-                    out.add_direct(node.handlers[src], DirectSink(node, src))
+                    out.add_sink(DirectSink(node, src))
                 else:
                     out.add_sink(QueueSink(node, src))
                 continue

@@ -6,7 +6,7 @@ all THREAD_LOCAL runs on its upstream's thread (direct calls). Data moves in
 batches: an output port's ``emit`` is a ``list.append`` and the batch is
 flushed between operator calls to every sink of the port:
 
-* THREAD_LOCAL: the downstream's tuple handler is called directly;
+* THREAD_LOCAL: the downstream's input handler is called with the batch, on this thread;
 * CONTAINER_LOCAL (or any upstream in the same container): the batch goes on
   the downstream node's bounded queue (never encoded);
 * remote: the batch is encoded by the stream codec and published to this
@@ -30,11 +30,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from container import fs, space
+from container.batch import batch_handler
 from container.codec import get_codec
 from container.refs import load_reference
 from container.windows import is_checkpoint_window, window_millis
 from container.operator import (FatalError, InputOperator, Operator, OperatorContext,
-                                ShutdownException, input_ports, output_ports)
+                                ShutdownException, output_ports)
 from container.partition import default_key, partition_hash
 
 log = logging.getLogger("container.engine")
@@ -52,6 +53,8 @@ ARROW_BATCH_SIZE = 16
 MAX_PAYLOAD_BYTES = 32 << 20
 #: Bound of a node's input queue, in messages (batches or control tuples).
 QUEUE_CAPACITY = 256
+#: Distinct str tuples whose partition tag a publisher remembers (then it starts over).
+TAG_CACHE_SIZE = 1 << 16
 
 
 def load_class(class_name: str) -> type:
@@ -75,36 +78,44 @@ class Sink:
 
 
 class QueueSink(Sink):
-    """CONTAINER_LOCAL: hands batches to a downstream node's queue, unencoded."""
+    """CONTAINER_LOCAL: hands batches to a downstream node's queue, unencoded.
 
-    def __init__(self, node: "Node", source_index: int) -> None:
-        self.node = node
-        self.src = source_index
-
-    def data(self, batch: list) -> None:
-        self.node.put(self.src, DATA, batch)
-
-    def control(self, kind: int, window_id: int) -> None:
-        self.node.put(self.src, kind, window_id)
-
-
-class DirectSink(Sink):
-    """THREAD_LOCAL control path: control tuples go straight to the downstream node.
-
-    Data does not pass through here: the port calls the downstream's tuple
-    handler directly (see :class:`PortOutput`).
+    A batch longer than ``BATCH_SIZE`` (one ``emit_batch`` of many tuples)
+    goes in pieces of that size, so the bounded queue bounds the tuples held.
     """
 
     def __init__(self, node: "Node", source_index: int) -> None:
         self.node = node
         self.src = source_index
 
+    def data(self, batch: list) -> None:
+        if len(batch) <= BATCH_SIZE:
+            self.node.put(self.src, DATA, batch)
+            return
+        for i in range(0, len(batch), BATCH_SIZE):
+            self.node.put(self.src, DATA, batch[i:i + BATCH_SIZE])
+
+    def control(self, kind: int, window_id: int) -> None:
+        self.node.put(self.src, kind, window_id)
+
+
+class DirectSink(Sink):
+    """THREAD_LOCAL: batches and control tuples go straight to the downstream node, on this thread.
+
+    A batch is one call of the downstream's input handler (a batch handler,
+    or a loop over its per-tuple handler): no queue, no lock, and the tuples
+    are counted per batch like on every other stream.
+    """
+
+    def __init__(self, node: "Node", source_index: int) -> None:
+        self.node = node
+        self.src = source_index
+
+    def data(self, batch: list) -> None:
+        self.node.on_message(self.src, DATA, batch)
+
     def control(self, kind: int, window_id: int) -> None:
         self.node.on_message(self.src, kind, window_id)
-
-    def count(self, tuples: int) -> None:
-        """``tuples`` reached the downstream's handler directly in this window: its input count."""
-        self.node._in_counts[self.node.source_ports[self.src]] += tuples
 
 
 class PublisherSink(Sink):
@@ -117,6 +128,8 @@ class PublisherSink(Sink):
         self.mask = mask
         self.key = key
         self.bytes = 0
+        #: str tuple -> its tag, for the default key (words and the like repeat: one hash per distinct one)
+        self._tags: dict[str, int] = {}
 
     def data(self, batch: list) -> None:
         if not self.mask:
@@ -124,8 +137,22 @@ class PublisherSink(Sink):
             return
         mask, key = self.mask, self.key
         groups: dict[int, list] = collections.defaultdict(list)
-        for t in batch:
-            groups[partition_hash(key(t)) & mask].append(t)
+        if key is default_key:
+            tags = self._tags
+            if len(tags) > TAG_CACHE_SIZE:
+                tags.clear()
+            get = tags.get
+            for t in batch:
+                if type(t) is str:  # its own key; exactly str: 1 == 1.0 == True hash alike, not alike here
+                    tag = get(t)
+                    if tag is None:
+                        tag = tags[t] = partition_hash(t) & mask
+                else:
+                    tag = partition_hash(default_key(t)) & mask
+                groups[tag].append(t)
+        else:
+            for t in batch:
+                groups[partition_hash(key(t)) & mask].append(t)
         for tag, tuples in groups.items():
             self._publish(tag, tuples)
 
@@ -152,56 +179,31 @@ class PublisherSink(Sink):
 
 
 class PortOutput:
-    """Runtime side of an output port: the current batch and the sinks."""
+    """Runtime side of an output port: the current batch and the sinks.
+
+    The bound port's ``emit`` is the batch's ``append`` and its
+    ``emit_batch`` the batch's ``extend`` (C calls, no Python layer per
+    tuple); the engine flushes the batch to every sink between operator calls.
+    """
 
     def __init__(self, name: str, bound_port: Any) -> None:
         self.name = name
         self.port = bound_port
         self.sinks: list[Sink] = []
-        self.direct: list[Callable[[Any], None]] = []  # THREAD_LOCAL handlers
-        self.controls: list[Sink] = []  # THREAD_LOCAL control paths
         self.batch: list = []
         self.tuples = 0  # tuples flushed in the current window
-        #: Tuples handed to THREAD_LOCAL handlers in the current window (a cell: the emit closures count in it).
-        self.direct_count = [0]
         #: Tuples per batch before a mid-window flush (record batches are big: fewer).
         self.batch_limit = ARROW_BATCH_SIZE if getattr(bound_port, "codec", "pickle") == "arrow" else BATCH_SIZE
         self._bind()
 
     def _bind(self) -> None:
-        batch_sinks = self.sinks
-        cell = self.direct_count
-        if self.direct and not batch_sinks and len(self.direct) == 1:
-            handler = self.direct[0]
-
-            def emit_one(t: Any) -> None:
-                cell[0] += 1
-                handler(t)
-            self.port.emit = emit_one
-        elif self.direct:
-            handlers = list(self.direct)
-            append = self.batch.append
-
-            def emit(t: Any) -> None:
-                cell[0] += 1
-                for h in handlers:
-                    h(t)
-                if batch_sinks:
-                    append(t)
-            self.port.emit = emit
-        else:
-            self.port.emit = self.batch.append
+        self.port.emit = self.batch.append
+        self.port.emit_batch = self.batch.extend
 
     def add_sink(self, sink: Sink) -> None:
         self.sinks.append(sink)
         if getattr(getattr(sink, "codec", None), "name", "") == "arrow":
             self.batch_limit = ARROW_BATCH_SIZE
-        self._bind()
-
-    def add_direct(self, handler: Callable[[Any], None], control: Sink) -> None:
-        self.direct.append(handler)
-        self.controls.append(control)
-        self._bind()
 
     def flush(self) -> None:
         batch = self.batch
@@ -214,18 +216,7 @@ class PortOutput:
 
     def control(self, kind: int, window_id: int) -> None:
         self.flush()
-        if kind == BEGIN_WINDOW:
-            self.direct_count[0] = 0
-        elif kind == END_WINDOW and self.direct_count[0]:
-            # THREAD_LOCAL tuples bypass the batches: counted here, for this port and its downstreams
-            n, self.direct_count[0] = self.direct_count[0], 0
-            for control in self.controls:
-                getattr(control, "count", lambda _n: None)(n)
-            if not self.sinks:
-                self.tuples += n  # else the flushed batches counted them
         for sink in self.sinks:
-            sink.control(kind, window_id)
-        for sink in self.controls:
             sink.control(kind, window_id)
 
 
@@ -269,8 +260,8 @@ class Node:
         self.exactly_once = exactly_once
         self.outputs: dict[str, PortOutput] = {
             name: PortOutput(name, getattr(operator, name)) for name in output_ports(type(operator))}
-        #: per source index: tuple handler and port name
-        self.handlers: list[Callable[[Any], None]] = []
+        #: per source index: batch handler (see :func:`container.batch.batch_handler`) and port name
+        self.handlers: list[Callable[[list], None]] = []
         self.source_ports: list[str] = []
         self.queue: queue.Queue = queue.Queue(QUEUE_CAPACITY)
         self.state = NodeState.ACTIVE
@@ -308,14 +299,7 @@ class Node:
     # -- wiring -------------------------------------------------------------
     def add_source(self, port: str) -> int:
         """Register an upstream source feeding ``port``; returns its index."""
-        handler_name = input_ports(type(self.operator))[port].handler_name
-        handler = getattr(self.operator, handler_name, None)
-        if handler is None:
-            generic = getattr(self.operator, "process", None)
-            if generic is None:
-                raise TypeError(f"{type(self.operator).__name__} has no method {handler_name}() "
-                                f"for its input port '{port}'")
-            handler = lambda t, _g=generic, _p=port: _g(_p, t)  # noqa: E731
+        handler = batch_handler(self.operator, port)
         idx = len(self.handlers)
         self.handlers.append(handler)
         self.source_ports.append(port)
@@ -505,8 +489,7 @@ class Node:
                 if now >= deadline or self._stop:
                     break
                 if after == before and took < IDLE_CALL_SECONDS:
-                    # nothing came out (direct THREAD_LOCAL emits leave no batch, so
-                    # a near-instant call is the sign of an idle source): don't spin
+                    # nothing came out and the call was near-instant: an idle source; don't spin
                     time.sleep(min(0.002, (deadline - now) / 1000))
             self._end_window()
             window_id += 1
@@ -543,9 +526,7 @@ class Node:
     def _handle(self, src: int, kind: int, value: Any) -> None:
         try:
             if kind == DATA:
-                handler = self.handlers[src]
-                for t in value:
-                    handler(t)
+                self.handlers[src](value)
                 self._in_counts[self.source_ports[src]] += len(value)
                 for out in self.outputs.values():
                     if len(out.batch) >= out.batch_limit:

@@ -24,7 +24,24 @@ import uuid
 from functools import lru_cache
 from typing import Any, Callable, TypeVar
 
-import pyarrow.fs as pafs
+
+
+class _LazyPyarrowFs:
+    """``pyarrow.fs``, imported on first use.
+
+    Importing pyarrow takes about half a second; the processes that only read and write
+    local files through ``os`` (``stram`` itself, the supervisor) never pay for it,
+    which shortens every ``stram launch``. The first attribute looked up imports the
+    module and puts it in this one's place.
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        import pyarrow.fs as module
+        globals()["pafs"] = module
+        return getattr(module, name)
+
+
+pafs: Any = _LazyPyarrowFs()
 
 log = logging.getLogger("container.fs")
 T = TypeVar("T")

@@ -13,7 +13,8 @@ annotated class attributes::
 
 Lifecycle, called by the container agent on the operator's thread:
 ``setup(context)``, then per window ``begin_window(window_id)``, the tuple
-handlers (``process_<port>`` by default), ``end_window()``; ``teardown()`` at the
+handlers (``process_<port>(tuple)`` by default, or a batch at a time:
+``process_<port>_batch(tuples)``, see :mod:`container.batch`), ``end_window()``; ``teardown()`` at the
 end. Input operators also get ``emit_tuples()`` called repeatedly inside each
 window. ``checkpointed(window_id)`` follows a saved checkpoint and
 ``committed(window_id)`` a window that can never be processed again.
@@ -157,10 +158,12 @@ class InputPort(_Port):
 
 
 class OutputPort(_Port):
-    """An output port; ``emit(tuple)`` sends a tuple downstream.
+    """An output port; ``emit(tuple)`` sends a tuple downstream, ``emit_batch(tuples)`` a list of them.
 
-    The container agent replaces ``emit`` on the instance's bound port with the
-    stream's sink; an unconnected output port drops what it is given.
+    The container agent replaces ``emit`` and ``emit_batch`` on the instance's
+    bound port with the stream's batch; an unconnected output port drops what
+    it is given. ``emit_batch`` sends the tuples in order, like ``emit`` on
+    each (it copies the list: the caller may reuse it).
     """
 
     def __init__(self, codec: str = "pickle", optional: bool = True) -> None:
@@ -174,6 +177,11 @@ class OutputPort(_Port):
 
     def emit(self, tuple: Any) -> None:  # replaced per instance by the agent
         pass
+
+    def emit_batch(self, tuples: Any) -> None:  # replaced per instance by the agent
+        emit = self.emit
+        for t in tuples:
+            emit(t)
 
 
 class Operator:
@@ -263,6 +271,9 @@ class PassThroughUnifier(Operator):
 
     def process_input(self, tuple: Any) -> None:
         self.output.emit(tuple)
+
+    def process_batch(self, tuples: list) -> None:
+        self.output.emit_batch(tuples)
 
 
 # ---------------------------------------------------------------- reflection

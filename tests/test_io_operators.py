@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import pickle
+
+import pytest
 
 from container import fs
-from container.operator import OperatorContext
+from container.operator import OperatorContext, ShutdownException
 from container.operators import io
 
 W = 5 << 32  # window ids of these tests
@@ -85,3 +88,96 @@ def test_an_append_cut_short_is_dropped_before_appending_again(tmp_path):
         {"k": 1}, {"k": 2}, {"k": 3, "total": 9}, {"k": 4}]
     assert io.drop_torn_line(str(part)) == 0  # complete: nothing to drop
     assert io.drop_torn_line(str(out / "missing.jsonl")) == 0
+
+
+# ---------------------------------------------------------------- LineReader
+
+def expected_lines(data: bytes) -> list[str]:
+    """Each line decoded alone, newline and trailing carriage returns dropped (computed apart from the reader)."""
+    raw = data.split(b"\n")
+    if raw and raw[-1] == b"":
+        raw.pop()  # the file ends with a newline: no empty last line
+    return [r.decode("utf-8", "replace").rstrip("\r") for r in raw]
+
+
+def sample_bytes(lines: int = 500) -> bytes:
+    import random
+    rng = random.Random(18)
+    words = ["whale", "Ahab", "sea", "", "Ishmael's", "naïve", "€uro", "日本語", "a\r", "\xff"]
+    out = []
+    for _ in range(lines):
+        line = " ".join(rng.choice(words) for _ in range(rng.randrange(0, 9)))
+        out.append(line.encode("utf-8", "surrogateescape") + rng.choice([b"", b"\r", b"\xe2\x82"]))
+    return b"\n".join(out) + b"\n"
+
+
+def read_all(path: str, n: int, offset: int = 0) -> tuple[list[str], list[int]]:
+    f = io._LineFile(path, offset)
+    lines, offsets = [], []
+    while True:
+        got, off = f.read_lines(n)
+        lines += got
+        offsets.append(off)
+        if len(got) < n:
+            break
+    f.close()
+    return lines, offsets
+
+
+def test_lines_across_buffer_boundaries_come_out_whole_with_exact_offsets(tmp_path, monkeypatch):
+    data = sample_bytes()
+    path = tmp_path / "in.txt"
+    path.write_bytes(data)
+    want = expected_lines(data)
+    for chunk in (1, 3, 7, 64, 1 << 20):  # lines (and UTF-8 sequences) cut by every chunk size
+        monkeypatch.setattr(io._LineFile, "CHUNK", chunk)
+        for n in (1, 5, 1024):
+            lines, offsets = read_all(str(path), n)
+            assert lines == want, (chunk, n)
+            # after k lines the offset is the byte just past the k-th newline
+            ends = [i + 1 for i, b in enumerate(data) if b == 10]
+            assert offsets == [ends[min(len(want), (i + 1) * n) - 1] for i in range(len(offsets))]
+
+
+def test_a_final_line_without_newline_is_read_with_its_bytes_counted(tmp_path, monkeypatch):
+    monkeypatch.setattr(io._LineFile, "CHUNK", 4)
+    path = tmp_path / "in.txt"
+    for data in (b"one\ntwo\r\nlast", b"only", b"", b"\n\nx\r", "last €".encode()):
+        path.write_bytes(data)
+        lines, offsets = read_all(str(path), 2)
+        assert lines == expected_lines(data), data
+        assert offsets[-1] == len(data)
+
+
+def test_a_reader_resumed_from_a_checkpointed_offset_replays_exactly_the_rest(tmp_path, monkeypatch):
+    monkeypatch.setattr(io._LineFile, "CHUNK", 50)
+    data = sample_bytes(300) + b"tail without newline"
+    path = tmp_path / "in.txt"
+    path.write_bytes(data)
+    want = expected_lines(data)
+
+    def reader(state=None):
+        op = io.LineReader()
+        op.path, op.batch_lines = str(path), 7
+        if state is not None:
+            op.set_state(state)
+        got = []
+        op.output.emit = got.append
+        op.setup(OperatorContext(id=1, name="reader"))
+        op.begin_window(W)
+        return op, got
+
+    for calls in (1, 3, 20):
+        first, got = reader()
+        for _ in range(calls):
+            first.emit_tuples()
+        state = pickle.loads(pickle.dumps(first.get_state()))  # what a checkpoint saves
+        first.teardown()
+        again, rest = reader(state)
+        with pytest.raises(ShutdownException):
+            while True:
+                again.emit_tuples()
+        again.teardown()
+        assert got + rest == want
+        assert len(got) == 7 * calls and state["offset"] == len(b"".join(
+            line + b"\n" for line in data.split(b"\n")[:len(got)]))

@@ -138,9 +138,14 @@ streams:
 def test_upstream_moves_downstream_agents_reconnect_without_restart(tmp_path):
     """Connection refresh: the upstream's container dies and is replaced elsewhere;
     the downstream agents keep running (same processes) and subscribe to the new
-    buffer server from the right window."""
+    buffer server from the right window.
+
+    The reader stays alive at the end of its file (LinesThenIdle): a fast run on a
+    loaded machine (whose containers start late, then catch up on the windows
+    missed) must not end before the kill; it is shut down once the output is whole."""
     out = tmp_path / "out"
     app_id = launch_detached("specs/wordcount.yaml", *FAST, "-D", f"operators.reader.path={MOBY}",
+                             "-D", "operators.reader.class=tests.e2e_ops:LinesThenIdle",
                              "-D", "operators.reader.lines_per_window=200", "-D", "operators.count.partitions=2",
                              "-D", f"operators.out.path={out}")
     wait_until(lambda: running_operators(app_id) == 6, what="all operators running")
@@ -157,9 +162,11 @@ def test_upstream_moves_downstream_agents_reconnect_without_restart(tmp_path):
     assert new_upstream["buffer_server"] != upstream["buffer_server"]
     for cid, process in downstream.items():
         assert after[cid]["state"] == "RUNNING" and after[cid]["process"] == process, cid  # not restarted
+    truth = word_truth(MOBY)
+    wait_until(lambda: read_counts(out)[0] == truth, timeout=180, interval=1.0, what="the whole output")
+    assert cli.main(["shutdown-app", app_id]) == 0
     assert cli.main(["wait", app_id, "--timeout", "180"]) == 0
     logs = "".join(open(os.path.join(app["app_path"], "logs", f"{cid}.log")).read() for cid in downstream)
     assert "undeployed operator" in logs  # the old subscriptions were closed ...
-    truth = word_truth(MOBY)
     sums, maxima, _ = read_counts(out)
     assert sums == truth and maxima == dict(truth)  # ... and the new ones started at the right window

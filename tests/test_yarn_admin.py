@@ -54,12 +54,17 @@ def prefix_truth(path, words: int) -> Counter | None:
 
 
 def test_scale_through_the_master(on_minicluster, tmp_path):
-    """``stram scale APP count 3`` mid-run (2 -> 3 partitions): the counts stay exact."""
+    """``stram scale APP count 3`` mid-run (2 -> 3 partitions): the counts stay exact.
+
+    The reader idles at the end of its file (``LinesThenIdle``), so that a loaded machine, whose
+    containers start late and then catch up on the windows they missed, cannot end the input
+    before the scale; the application is shut down once the reader has emitted every line."""
     cluster = on_minicluster
     base = cluster.new_dir("admin")
     moby = cluster.put(MOBY, f"{base}/moby.txt")
     started = time.monotonic()
     proc, app_id = launch_following(WORDCOUNT, *FAST, "-D", "operators.reader.lines_per_window=20",
+                                    "-D", "operators.reader.class=tests.e2e_ops:LinesThenIdle",
                                     "-D", "operators.count.partitions=2", "-D", f"operators.reader.path={moby}",
                                     "-D", f"operators.out.path={cluster.uri(base)}/out")
     try:
@@ -71,7 +76,13 @@ def test_scale_through_the_master(on_minicluster, tmp_path):
         assert scaled.returncode == 0, scaled.stderr
         wait_until(lambda: (r := running_operators(app_id)) and {"count[0]", "count[1]", "count[2]"}
                    <= {x["label"] for x in r}, timeout=180, interval=2, what="three count partitions ACTIVE")
-        _, err = proc.communicate(timeout=600)
+        lines = MOBY.read_bytes().rstrip(b"\n").count(b"\n") + 1
+        wait_until(lambda: (r := running_operators(app_id)) and next(
+            x["tuples_out_total"] for x in r if x["label"] == "reader") >= lines,
+                   timeout=300, interval=2, what="every line read")
+        down = stram("shutdown-app", app_id)
+        assert down.returncode == 0, down.stderr
+        _, err = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -35,13 +35,17 @@ class KeyCounter(Operator):
     def process_input(self, key: Any) -> None:
         self._window[key] += 1
 
+    def process_batch(self, keys: list) -> None:
+        self._window.update(keys)
+
     def end_window(self) -> None:
         totals = self.totals
-        emit = self.output.emit
+        get = totals.get
+        rows = []
         for key, n in self._window.items():
-            total = totals.get(key, 0) + n
-            totals[key] = total
-            emit({"key": key, "count": n, "total": total})
+            total = totals[key] = get(key, 0) + n
+            rows.append({"key": key, "count": n, "total": total})
+        self.output.emit_batch(rows)
         self._window = Counter()
 
     @classmethod

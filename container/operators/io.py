@@ -57,9 +57,7 @@ class LineReader(InputOperator):
         lines, self.offset = self._file.read_lines(n)
         if self._left is not None:
             self._left -= len(lines)
-        emit = self.output.emit
-        for line in lines:
-            emit(line)
+        self.output.emit_batch(lines)
         if len(lines) < n:
             raise ShutdownException("end of file")
 
@@ -70,41 +68,78 @@ class LineReader(InputOperator):
 
 
 class _LineFile:
-    """Lines of a ``pyarrow.fs`` file read in large chunks, with exact byte offsets."""
+    """Lines of a ``pyarrow.fs`` file read in large chunks, with exact byte offsets.
+
+    The buffer holds the bytes from the file offset of the next unread line on;
+    reading keeps a position in it instead of slicing the rest off after every
+    line, so a call costs time in the bytes it returns, not in the buffer size.
+    """
 
     CHUNK = 1 << 20
 
     def __init__(self, path: str, offset: int) -> None:
         self._f = fs.open_input(path)
         self._f.seek(offset)
+        #: File offset of the byte at ``self._pos`` in the buffer.
         self._offset = offset
         self._buf = b""
+        self._pos = 0
         self._eof = False
+
+    def _fill(self) -> bool:
+        """Append the next chunk to the unread part of the buffer; False at the end of the file."""
+        if self._eof:
+            return False
+        chunk = self._f.read(self.CHUNK)
+        if not chunk:
+            self._eof = True
+            return False
+        self._buf = self._buf[self._pos:] + chunk if self._pos < len(self._buf) else chunk
+        self._pos = 0
+        return True
 
     def read_lines(self, n: int) -> tuple[list[str], int]:
         """Up to ``n`` lines (without newlines) and the offset after them."""
         lines: list[str] = []
         while len(lines) < n:
-            cut = self._buf.find(b"\n")
-            if cut < 0:
-                if not self._eof:
-                    chunk = self._f.read(self.CHUNK)
-                    if chunk:
-                        self._buf += chunk
-                        continue
-                    self._eof = True
-                if not self._buf:
+            buf, pos = self._buf, self._pos
+            find = buf.find
+            end = pos
+            want = n - len(lines)
+            count = 0
+            while count < want:
+                cut = find(b"\n", end)
+                if cut < 0:
                     break
-                cut = len(self._buf) - 1  # a last line without a newline
-                raw, self._buf = self._buf, b""
-            else:
-                raw, self._buf = self._buf[:cut + 1], self._buf[cut + 1:]
-            self._offset += len(raw)
-            lines.append(raw.decode("utf-8", "replace").rstrip("\n").rstrip("\r"))
+                end = cut + 1
+                count += 1
+            if count:
+                # the whole run of complete lines is decoded at once: a newline byte is never part of
+                # a multi-byte UTF-8 sequence, so this decodes each line exactly as decoding it alone
+                text = buf[pos:end - 1].decode("utf-8", "replace")
+                part = text.split("\n")
+                if "\r" in text:
+                    part = [line.rstrip("\r") for line in part]
+                lines.extend(part)
+                self._offset += end - pos
+                self._pos = end
+                continue
+            if self._fill():
+                continue
+            if pos >= len(buf):
+                break
+            # a last line without a newline
+            lines.append(buf[pos:].decode("utf-8", "replace").rstrip("\r"))
+            self._offset += len(buf) - pos
+            self._buf, self._pos = b"", 0
         return lines, self._offset
 
     def close(self) -> None:
         self._f.close()
+
+
+#: One JSON line of a tuple; one encoder for every call (``json.dumps`` with options builds one per call).
+_to_json = json.JSONEncoder(separators=(",", ":"), default=str).encode
 
 
 def drop_torn_line(uri: str) -> int:
@@ -181,7 +216,10 @@ class JsonLinesOutput(Operator):
         self._lines = []
 
     def process_input(self, tuple: Any) -> None:
-        self._lines.append(json.dumps(tuple, separators=(",", ":"), default=str))
+        self._lines.append(_to_json(tuple))
+
+    def process_batch(self, tuples: list) -> None:
+        self._lines.extend(map(_to_json, tuples))
 
     def end_window(self) -> None:
         if not self._lines:

@@ -1,0 +1,94 @@
+"""What changed in the physical plan since a reader last looked: dirty tracking for the hot path.
+
+The master answers every heartbeat by updating a few operators of one
+container; the committed window (:mod:`appmaster.committed`) and the journal
+(:mod:`appmaster.journallog`) must follow in time proportional to that, not to
+the plan. :class:`Tracked` (the base of :class:`~appmaster.plan.PTOperator`
+and :class:`~appmaster.plan.PTContainer`) reports every attribute assignment
+to the :class:`Tracker` objects; code that changes a mutable field in place
+(a set of a container's operators) calls :func:`touch`. Assigning an
+operator's ``container`` or ``inputs`` changes the plan's structure
+(:func:`structure`): readers that cache the plan's shape start over.
+
+A tracker's marks are shared by every plan in the process; a reader takes the
+marks of its own plan (:meth:`Tracker.take`). A tracker holding too many marks
+(plans nobody reads any more) forgets them all and says so (its ``epoch``):
+its readers then look at the whole plan once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+__all__ = ["Tracked", "Tracker", "touch", "structure", "JOURNAL", "COMMITTED"]
+
+#: Marks a tracker keeps before it forgets them all (its readers then read the whole plan).
+MAX_MARKS = 200_000
+#: Fields whose assignment changes the plan's shape (inline groups, downstream operators).
+STRUCTURAL = frozenset({"container", "inputs"})
+
+_structure = [0]
+
+
+class Tracker:
+    """Objects changed since their reader last took them.
+
+    Parameters
+    ----------
+    fields:
+        Only assignments of these attributes mark an object (None: any).
+    """
+
+    def __init__(self, fields: Iterable[str] | None = None) -> None:
+        self.fields = frozenset(fields) if fields is not None else None
+        #: Only objects of these types are marked (set by :mod:`appmaster.plan`; None: any).
+        self.types: tuple[type, ...] | None = None
+        self.marks: dict[int, Any] = {}
+        #: Changes when the marks were forgotten (a reader that saw another epoch reads everything).
+        self.epoch = 0
+
+    def mark(self, obj: Any) -> None:
+        marks = self.marks
+        marks[id(obj)] = obj
+        if len(marks) > MAX_MARKS:
+            marks.clear()
+            self.epoch += 1
+
+    def take(self, owns: Any) -> list[Any]:
+        """The marked objects ``owns(obj)`` accepts; their marks are removed (others' stay)."""
+        mine = [obj for obj in self.marks.values() if owns(obj)]
+        for obj in mine:
+            del self.marks[id(obj)]
+        return mine
+
+
+#: Every change of an operator or a container (the journal writes them).
+JOURNAL = Tracker()
+#: Changes that move recovery checkpoints (the committed window recomputes them).
+COMMITTED = Tracker({"checkpoints", "state", "shutdown_window"})
+_TRACKERS = (JOURNAL, COMMITTED)
+
+
+def touch(obj: Any, name: str | None = None) -> None:
+    """Mark ``obj`` changed (``name``: the attribute; None: something changed in place)."""
+    if name in STRUCTURAL:
+        _structure[0] += 1
+    for tracker in _TRACKERS:
+        if (name is None or tracker.fields is None or name in tracker.fields) and \
+                (tracker.types is None or isinstance(obj, tracker.types)):
+            tracker.mark(obj)
+
+
+def structure() -> int:
+    """A number that changes whenever an operator's container or inputs are assigned."""
+    return _structure[0]
+
+
+class Tracked:
+    """Reports every attribute assignment to the trackers (a dataclass base)."""
+
+    __slots__ = ()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        touch(self, name)

@@ -1,0 +1,272 @@
+"""The journal as a snapshot and an append-only log of what changed since it.
+
+Rewriting the whole state before every heartbeat response costs time in the
+size of the plan (megabytes of JSON at a few thousand operators). The
+:class:`JournalWriter` writes ``APP_PATH/journal/snapshot`` (the document of
+:mod:`appmaster.journal`, with ``"log_generation": g``) when the plan's shape
+changes (operators or containers added or removed, operators moved or
+rewired), when the log has grown past :attr:`JournalWriter.compact_bytes`, and
+on its first write; in between it appends to ``journal/log-<g>`` one JSON line
+per write with the fields that changed::
+
+    {"ops": {"7": {"checkpoints": [...], "current_window": ...}},
+     "containers": {"container_000003": {"last_heartbeat_millis": ...}},
+     "top": {"committed": ...}, "removed": [{...}]}
+
+Which operators and containers changed comes from the marks of
+:data:`appmaster.changes.JOURNAL`, so a heartbeat costs the size of what it
+changed. :func:`replay` applies a log to its snapshot; :func:`read_journal`
+returns the document a full snapshot written now would hold. A last line
+without its newline (a write cut short) was never acknowledged, and is
+ignored; a write that fails (a full disk) is cut off the file again, so the
+master's retry appends a whole line.
+
+Durability is the same as the snapshot's: the line is written (``os.write``
+on a local file system; an append stream closed after each line elsewhere)
+under the master's lock, before the response that depends on it leaves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from appmaster import changes, journal
+from appmaster.plan import PTContainer, PTOperator
+from container import apppath, fs
+
+__all__ = ["JournalWriter", "read_journal", "replay", "log_uri", "top_doc", "COLD_OP_FIELDS"]
+
+#: Operator fields that change only with the plan's shape (a new snapshot), compared by identity.
+COLD_OP_FIELDS = frozenset({"id", "name", "kind", "class_name", "properties", "attributes", "partition_index",
+                            "partition_count", "inputs", "outputs", "unifies"})
+
+
+def log_uri(app_path: str, generation: int) -> str:
+    """The log of the snapshot of ``generation``."""
+    return fs.join(app_path, apppath.JOURNAL, f"log-{generation}")
+
+
+def top_doc(state: Any) -> dict[str, Any]:
+    """The journal's top-level fields but ``plan`` and ``removed`` (as :meth:`MasterState.snapshot`)."""
+    return {"version": journal.VERSION, "app_id": state.app_id, "attempt": state.attempt,
+            "start_window_millis": state.start_window_millis, "committed": state.committed,
+            "shutdown_operators": [[w, list(ids)] for w, ids in sorted(state.shutdown_operators.items())],
+            "state": state.state, "diagnostics": state.diagnostics, "started_millis": state.started_millis,
+            "errors": [{**e, "operators": list(e["operators"])} for e in state.errors],
+            "shutdown_requested": state.shutdown_requested}
+
+
+def _hot(obj: Any) -> dict[str, Any]:
+    """An operator's or a container's fields that change while it runs, as plain data."""
+    if isinstance(obj, PTOperator):
+        return {"container": obj.container, "state": obj.state.value, "checkpoints": list(obj.checkpoints),
+                "recovery_checkpoint": obj.recovery_checkpoint, "current_window": obj.current_window,
+                "shutdown_window": obj.shutdown_window, "restarts": obj.restarts, "last_error": obj.last_error,
+                "window_advanced_millis": obj.window_advanced_millis, "resume_window": obj.resume_window,
+                "publisher_masks": dict(obj.publisher_masks)}
+    return journal._to_doc(obj)
+
+
+def _cold(obj: PTOperator) -> tuple:
+    """The identities of an operator's cold containers (its ids and names never change)."""
+    return id(obj.properties), id(obj.attributes), id(obj.inputs), id(obj.outputs)
+
+
+class JournalWriter:
+    """Writes one application's journal: snapshots and the log between them.
+
+    Parameters
+    ----------
+    app_path:
+        The application's directory URI.
+    generation:
+        The generation of the journal found at start (0: none); the first write is a
+        snapshot of the next one.
+    """
+
+    def __init__(self, app_path: str, generation: int = 0) -> None:
+        self.app_path = app_path
+        self.generation = generation
+        #: Bytes of log after which the next write is a snapshot (at least twice the snapshot).
+        self.compact_bytes = 8 << 20
+        self.min_compact_bytes = 8 << 20
+        self._plan: Any = None
+        self._key: tuple = ()
+        self._epoch = -1
+        self._ops: dict[int, dict[str, Any]] = {}
+        self._cold: dict[int, tuple] = {}
+        self._containers: dict[str, dict[str, Any]] = {}
+        self._top: dict[str, Any] = {}
+        self._removed = 0
+        self._log_bytes = 0
+        self._fd: int | None = None
+        self._fd_size = 0
+        #: Bytes of the last write (0: nothing had changed); snapshots written, log lines written.
+        self.last_bytes = 0
+        self.snapshots = 0
+        self.lines = 0
+
+    # ------------------------------------------------------------ writing
+    def write(self, state: Any) -> int:
+        """Journal what changed in ``state`` since the last write (the caller holds the master's lock);
+        the bytes written. Raises OSError (a full disk) with nothing recorded as written."""
+        plan = state.plan
+        key = (changes.structure(), len(plan.operators), len(plan.containers), plan.next_operator_id,
+               plan.next_container_number)
+        ops, containers = plan.operators, plan.containers
+        dirty = changes.JOURNAL.take(lambda obj: ops.get(getattr(obj, "id", None)) is obj
+                                     or containers.get(getattr(obj, "id", None)) is obj)
+        if (plan is not self._plan or key != self._key or changes.JOURNAL.epoch != self._epoch
+                or len(state.removed) < self._removed or self._log_bytes >= self.compact_bytes):
+            try:
+                self.last_bytes = self._snapshot(state)
+            except BaseException:
+                self._plan = None  # the next write is a snapshot again
+                raise
+            self._plan, self._key, self._epoch = plan, key, changes.JOURNAL.epoch
+            return self.last_bytes
+        record: dict[str, Any] = {}
+        new_ops: dict[int, dict[str, Any]] = {}
+        new_containers: dict[str, dict[str, Any]] = {}
+        for obj in dirty:
+            if isinstance(obj, PTOperator):
+                if _cold(obj) != self._cold[obj.id]:
+                    self._plan = None  # a field that changes only with the plan's shape: a snapshot
+                    return self.write(state)
+                doc, before = _hot(obj), self._ops[obj.id]
+                diff = {k: v for k, v in doc.items() if before.get(k) != v}
+                if diff:
+                    record.setdefault("ops", {})[str(obj.id)] = diff
+                    new_ops[obj.id] = doc
+            elif isinstance(obj, PTContainer):
+                doc, before = _hot(obj), self._containers[obj.id]
+                diff = {k: v for k, v in doc.items() if before.get(k) != v}
+                if diff:
+                    record.setdefault("containers", {})[obj.id] = diff
+                    new_containers[obj.id] = doc
+        top = top_doc(state)
+        diff = {k: v for k, v in top.items() if self._top.get(k) != v}
+        if diff:
+            record["top"] = diff
+        if len(state.removed) > self._removed:
+            record["removed"] = [dict(r) for r in state.removed[self._removed:]]
+        if not record:
+            self.last_bytes = 0
+            return 0
+        line = json.dumps(record, separators=(",", ":")).encode() + b"\n"
+        try:
+            self._append(line)
+        except BaseException:
+            for obj in dirty:  # not written: still changed
+                changes.JOURNAL.mark(obj)
+            raise
+        self._ops.update(new_ops)
+        self._containers.update(new_containers)
+        self._top = top
+        self._removed = len(state.removed)
+        self._log_bytes += len(line)
+        self.lines += 1
+        self.last_bytes = len(line)
+        return len(line)
+
+    def _snapshot(self, state: Any) -> int:
+        generation = self.generation + 1
+        fs.delete(log_uri(self.app_path, generation))  # a stale one (never the snapshot's)
+        doc = state.snapshot()
+        doc["log_generation"] = generation
+        data = journal.encode(doc)
+        fs.write_atomic(journal.journal_uri(self.app_path), data)
+        self._close()
+        if self.generation:
+            try:
+                fs.delete(log_uri(self.app_path, self.generation))
+            except OSError:
+                pass  # an old log is never read: its snapshot is gone
+        self.generation = generation
+        plan = state.plan
+        self._ops = {op.id: _hot(op) for op in plan.operators.values()}
+        self._cold = {op.id: _cold(op) for op in plan.operators.values()}
+        self._containers = {c.id: _hot(c) for c in plan.containers.values()}
+        self._top = top_doc(state)
+        self._removed = len(state.removed)
+        self._log_bytes = 0
+        self.compact_bytes = max(self.min_compact_bytes, 2 * len(data))
+        self.snapshots += 1
+        return len(data)
+
+    def _append(self, line: bytes) -> None:
+        uri = log_uri(self.app_path, self.generation)
+        filesystem, path = fs.resolve(uri)
+        if type(filesystem).__name__ == "LocalFileSystem":
+            if self._fd is None:
+                self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                self._fd_size = os.fstat(self._fd).st_size
+            size = self._fd_size
+            try:
+                written = os.write(self._fd, line)
+                if written != len(line):
+                    raise OSError(28, "No space left on device (a short write of the journal's log)")
+            except OSError:
+                os.ftruncate(self._fd, size)  # no torn line for the retry to append after
+                raise
+            self._fd_size = size + written
+            return
+        with filesystem.open_append_stream(path) as out:  # closed: the line is on the file system
+            out.write(line)
+
+    def _close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def close(self) -> None:
+        """Close the log (the master ends)."""
+        self._close()
+
+
+# ---------------------------------------------------------------- reading
+
+def replay(doc: dict[str, Any], log: bytes) -> dict[str, Any]:
+    """``doc`` (a snapshot) with the log's lines applied; a last line cut short is ignored.
+
+    Raises
+    ------
+    appmaster.journal.JournalVersionError
+        A line is not a record of this journal.
+    """
+    ops = {d["id"]: d for d in doc["plan"]["operators"]}
+    containers = {d["id"]: d for d in doc["plan"]["containers"]}
+    lines = log.split(b"\n")
+    for n, line in enumerate(lines[:-1]):  # the part after the last newline was never acknowledged
+        try:
+            record = json.loads(line)
+            for op_id, fields in record.get("ops", {}).items():
+                ops[int(op_id)].update(fields)
+            for cid, fields in record.get("containers", {}).items():
+                containers[cid].update(fields)
+            doc.update(record.get("top", {}))
+            doc["removed"].extend(record.get("removed", []))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise journal.JournalVersionError(f"line {n + 1} of the journal's log is not a journal record "
+                                              f"({type(exc).__name__}: {exc})") from None
+    return doc
+
+
+def read_journal(app_path: str) -> dict[str, Any] | None:
+    """The journal document (snapshot and log), or None when the application has none yet.
+
+    Its ``log_generation`` (0 for a journal without a log) is the generation the next
+    :class:`JournalWriter` follows.
+    """
+    doc = journal.read_journal(app_path)
+    if doc is None:
+        return None
+    generation = int(doc.get("log_generation") or 0)
+    doc["log_generation"] = generation
+    if generation:
+        uri = log_uri(app_path, generation)
+        if fs.exists(uri):
+            doc = replay(doc, fs.read_bytes(uri))
+    return doc

@@ -1,0 +1,170 @@
+"""The word count on stram beside its peers, on the same machine (run on demand).
+
+    python bench/bench_peers.py --setup            # once: Bytewax and PySpark in their own venvs
+    python bench/bench_peers.py [--repeat 20] [--runs 3] [--systems loop,one,split,bytewax,spark]
+
+The word count of issue 18: ``[a-z0-9]+`` in the lower-cased text of
+``specs/data/moby-dick.txt`` repeated ``--repeat`` times (×20 ≈ 24 MB, 4.3M
+words), run by
+
+* ``loop``: a plain Python loop (``Counter`` and ``re.findall``), the floor;
+* ``one`` / ``split``: stram in one container, and split and count in
+  separate containers (count ×2), see ``bench/bench_wordcount.py``;
+* ``bytewax``: Bytewax (``flat_map`` then ``count_final``), one worker;
+* ``spark``: PySpark Structured Streaming (``readStream.text``, native
+  ``regexp_extract_all``, ``groupBy().count()``, ``availableNow``);
+* ``pyflink`` is not run: add it when a PyFlink venv is at hand.
+
+Every system's counts are checked exact against a direct count; runs are
+interleaved (each round runs every system once) and the medians of the whole
+process time (start-up included) and peak RSS are printed with the ratio to
+stram in one container. The peers are not stram dependencies: ``--setup``
+installs each into its own virtual environment under ``--venvs``; a system
+whose venv is missing is skipped, saying so.
+
+Status: a start. The loop and stram rows share bench_wordcount's code; the
+Bytewax and Spark programs are untried here (no venv was set up, and a Spark
+smoke run did not finish within 3 minutes on a machine at load 30).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+
+import psutil
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import bench_wordcount as wc  # noqa: E402
+
+#: Where --setup puts the peers' virtual environments.
+VENVS = pathlib.Path(os.environ.get("STRAM_BENCH_VENVS", pathlib.Path.home() / ".cache" / "stram-bench" / "venvs"))
+#: pip requirement per peer.
+PEERS = {"bytewax": "bytewax>=0.21,<0.22", "spark": "pyspark>=3.5,<5"}
+
+BYTEWAX = r"""
+import json, re, sys
+import bytewax.operators as op
+from bytewax.connectors.files import FileSource
+from bytewax.dataflow import Dataflow
+from bytewax.testing import TestingSink, run_main
+find = re.compile(r"[a-z0-9]+").findall
+out = []
+flow = Dataflow("wordcount")
+lines = op.input("lines", flow, FileSource(sys.argv[1]))
+words = op.flat_map("split", lines, lambda line: find(line.lower()))
+counts = op.count_final("count", words, lambda word: word)
+op.output("out", counts, TestingSink(out))
+run_main(flow)
+json.dump(dict(out), open(sys.argv[2], "w"))
+"""
+
+SPARK = r"""
+import json, os, sys
+from pyspark.sql import SparkSession
+spark = (SparkSession.builder.master("local[2]").appName("wordcount")
+         .config("spark.sql.shuffle.partitions", "4").config("spark.ui.enabled", "false").getOrCreate())
+lines = spark.readStream.text(os.path.dirname(sys.argv[1]))
+words = lines.selectExpr("explode(regexp_extract_all(lower(value), '[a-z0-9]+', 0)) AS word")
+query = (words.groupBy("word").count().writeStream.outputMode("complete").format("memory")
+         .queryName("counts").trigger(availableNow=True).start())
+query.awaitTermination()
+json.dump({r["word"]: r["count"] for r in spark.sql("SELECT * FROM counts").collect()}, open(sys.argv[2], "w"))
+spark.stop()
+"""
+
+
+def venv_python(name: str) -> pathlib.Path:
+    return VENVS / name / "bin" / "python"
+
+
+def setup(names: list[str]) -> None:
+    """Create each peer's venv and install it there (not into stram's environment)."""
+    for name in names:
+        python = venv_python(name)
+        if not python.exists():
+            subprocess.run([sys.executable, "-m", "venv", str(VENVS / name)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", PEERS[name]], check=True)
+        print(f"{name}: installed {PEERS[name]} into {VENVS / name}")
+
+
+def run_peer(name: str, text: str, want: Counter) -> tuple[float, int]:
+    """One run of a peer's program; (wall seconds, peak RSS of its process tree)."""
+    out = tempfile.mktemp(prefix=f"stram-bench-{name}-", suffix=".json")
+    code = {"bytewax": BYTEWAX, "spark": SPARK}[name]
+    started = time.perf_counter()
+    proc = psutil.Popen([str(venv_python(name)), "-c", code, text, out],
+                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    peak = 0
+    while proc.poll() is None:
+        try:
+            tree = [proc] + proc.children(recursive=True)
+            peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+        except psutil.Error:
+            pass
+        time.sleep(0.05)
+    took = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise RuntimeError(f"{name} failed:\n{proc.stderr.read().decode()[-2000:]}")
+    with open(out) as f:
+        got = Counter(json.load(f))
+    os.unlink(out)
+    if got != want:
+        raise RuntimeError(f"{name}: wrong counts ({sum(got.values())} words, want {sum(want.values())})")
+    return took, peak
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--setup", action="store_true", help="install the peers into their own venvs and exit")
+    parser.add_argument("--repeat", type=int, default=20, help="copies of Moby-Dick in the input")
+    parser.add_argument("--runs", type=int, default=3, help="interleaved rounds (medians printed)")
+    parser.add_argument("--systems", default="loop,one,split,bytewax,spark")
+    args = parser.parse_args()
+    systems = [s for s in args.systems.split(",") if s]
+    if args.setup:
+        setup([s for s in systems if s in PEERS])
+        return
+    for name in [s for s in systems if s in PEERS and not venv_python(s).exists()]:
+        print(f"{name}: skipped (no venv at {VENVS / name}; run with --setup)")
+        systems.remove(name)
+    work = tempfile.mkdtemp(prefix="stram-bench-peers-")
+    text = os.path.join(work, "in", "moby.txt")  # alone in its directory: Spark streams the directory
+    os.makedirs(os.path.dirname(text))
+    with open(wc.ROOT / "specs" / "data" / "moby-dick.txt", "rb") as f:
+        data = f.read()
+    with open(text, "wb") as f:
+        f.write(data * args.repeat)
+    want = wc.truth(text)
+    print(f"input: {os.path.getsize(text):,} bytes, {sum(want.values()):,} words, {len(want):,} distinct")
+    results: dict[str, list] = {s: [] for s in systems}
+    for _ in range(args.runs):
+        for s in systems:
+            if s == "loop":
+                results[s].append(wc.run_loop(text, want))
+            elif s in wc.LAYOUTS:
+                results[s].append(wc.run_stram(s, text, want))
+            else:
+                results[s].append(run_peer(s, text, want))
+    names = {"loop": "plain Python loop", "one": "stram, one container", "split": "stram, split/count x2",
+             "bytewax": "Bytewax, 1 worker", "spark": "Spark Structured Streaming"}
+    ref = statistics.median(t for t, _ in results["one"]) if "one" in results else None
+    print(f"{'system':<30} {'wall s':>8} {'runs':>22} {'vs stram one':>13} {'peak MB':>8}")
+    for s in systems:
+        times = [t for t, _ in results[s]]
+        med = statistics.median(times)
+        ratio = f"{med / ref:12.2f}x" if ref else ""
+        print(f"{names.get(s, s):<30} {med:>8.2f} {' '.join(f'{t:.2f}' for t in times):>22} {ratio:>13} "
+              f"{max(m for _, m in results[s]) / 2**20:>8.0f}")
+
+
+if __name__ == "__main__":
+    main()

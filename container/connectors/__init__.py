@@ -1,0 +1,1 @@
+"""Connectors: operators that read from and write to external systems (Kafka)."""

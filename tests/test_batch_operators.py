@@ -1,0 +1,300 @@
+"""Batch-at-a-time operators: every built-in exact in its per-tuple and its batch form, in process.
+
+The engine part wires real :class:`~container.engine.Node` objects the way the
+agent does (THREAD_LOCAL: a DirectSink on the upstream's thread;
+CONTAINER_LOCAL: a QueueSink to the downstream's own thread) and checks both
+the output and the per-window tuple counts against answers computed apart.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import Counter
+
+import pytest
+
+from container.batch import batch_handler, has_batch_handler
+from container.engine import DirectSink, Node, NodeState, QueueSink
+from container.operator import InputPort, Operator, OperatorContext, OutputPort, PassThroughUnifier
+from container.operators import io
+from container.operators.aggregate import KeyCounter
+from container.operators.text import WordSplitter
+from container.windows import initial_window
+
+W = 7 << 32
+ALNUM = set("abcdefghijklmnopqrstuvwxyz0123456789")
+
+
+def words_of(line: str) -> list[str]:
+    """The words of a line by a character scan (not the operator's regular expression)."""
+    words, cur = [], []
+    for ch in line.lower() + " ":
+        if ch in ALNUM:
+            cur.append(ch)
+        elif cur:
+            words.append("".join(cur))
+            cur = []
+    return words
+
+
+def sample_lines(n: int = 400, seed: int = 18) -> list[str]:
+    rng = random.Random(seed)
+    vocab = ["Call", "me", "Ishmael.", "WHALE's", "x42", "", "naïve", "—", "Über", "ΟΔΟΣ", "7th", "a-b", "\t"]
+    return [" ".join(rng.choice(vocab) for _ in range(rng.randrange(0, 12))) for _ in range(n)]
+
+
+class TupleOnly:
+    """Hides an operator class's batch handlers: the engine falls back to its per-tuple handler."""
+
+    process_batch = None
+    process_input_batch = None
+
+
+class TupleSplitter(TupleOnly, WordSplitter):
+    pass
+
+
+class TupleCounter(TupleOnly, KeyCounter):
+    pass
+
+
+class TupleJson(TupleOnly, io.JsonLinesOutput):
+    pass
+
+
+class TupleUnifier(TupleOnly, PassThroughUnifier):
+    pass
+
+
+def feed(op: Operator, batches: list[list], batch_form: bool) -> list:
+    """Hand the batches to ``op`` through the engine's handler (batch form) or tuple by tuple."""
+    out: list = []
+    port = getattr(op, "output", None)
+    if port is not None:
+        port.emit = out.append
+        if batch_form:
+            port.emit_batch = out.extend
+    handler = batch_handler(op, "input") if batch_form else op.process_input
+    for batch in batches:
+        if batch_form:
+            handler(batch)
+        else:
+            for t in batch:
+                handler(t)
+    return out
+
+
+def chunks(items: list, size: int) -> list[list]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+@pytest.mark.parametrize("batch_form", [False, True])
+def test_word_splitter_is_exact_in_both_forms(batch_form):
+    lines = sample_lines()
+    assert has_batch_handler(WordSplitter(), "input") and not has_batch_handler(TupleSplitter(), "input")
+    got = feed(WordSplitter(), chunks(lines, 37), batch_form)
+    assert got == [w for line in lines for w in words_of(line)]
+
+
+@pytest.mark.parametrize("batch_form", [False, True])
+def test_key_counter_is_exact_in_both_forms(batch_form):
+    rng = random.Random(5)
+    windows = [[rng.choice("abcdefg") + str(rng.randrange(3)) for _ in range(rng.randrange(0, 300))]
+               for _ in range(6)]
+    op = KeyCounter()
+    rows = []
+    for i, keys in enumerate(windows):
+        op.begin_window(W + i)
+        emitted = feed(op, chunks(keys, 50), batch_form)
+        op.end_window()
+        rows.append(emitted)
+    running: dict = {}
+    for keys, got in zip(windows, rows):
+        want = {}
+        for k in sorted(set(keys)):  # a count by hand, per window and running
+            n = sum(1 for x in keys if x == k)
+            running[k] = running.get(k, 0) + n
+            want[k] = {"key": k, "count": n, "total": running[k]}
+        assert sorted(got, key=lambda r: r["key"]) == [want[k] for k in sorted(want)]
+    assert op.totals == running
+
+
+@pytest.mark.parametrize("batch_form", [False, True])
+def test_json_lines_output_is_exact_in_both_forms(tmp_path, batch_form):
+    rows = [{"key": "w" + str(i), "count": i, "total": i * 2, "é": [1.5, None, True]} for i in range(500)]
+    rows.append({"odd": {1, 2}.__class__.__name__, "t": (1, "x")})
+    op = io.JsonLinesOutput()
+    op.path = str(tmp_path / "out")
+    op.setup(OperatorContext(id=2, name="out", attributes={"PROCESSING_MODE": "AT_LEAST_ONCE"}))
+    op.begin_window(W)
+    feed(op, chunks(rows, 64), batch_form)
+    op.end_window()
+    op.teardown()
+    text = (tmp_path / "out" / "part-out-2.jsonl").read_text()
+    assert text == "".join(json.dumps(r, separators=(",", ":"), default=str) + "\n" for r in rows)
+    assert [json.loads(line) for line in text.splitlines()][:500] == rows[:500]
+
+
+@pytest.mark.parametrize("batch_form", [False, True])
+def test_pass_through_unifier_is_exact_in_both_forms(batch_form):
+    items = list(range(1000)) + ["x", None, ("a", 1)]
+    assert feed(PassThroughUnifier(), chunks(items, 99), batch_form) == items
+
+
+@pytest.mark.parametrize("batch_form", [False, True])
+def test_line_reader_is_exact_in_both_forms(tmp_path, batch_form):
+    lines = sample_lines(300)
+    path = tmp_path / "in.txt"
+    path.write_text("\n".join(lines) + "\n")
+    op = io.LineReader()
+    op.path, op.batch_lines = str(path), 64
+    got: list = []
+    op.output.emit = got.append  # the per-tuple form: the default emit_batch emits one by one
+    if batch_form:
+        op.output.emit_batch = got.extend
+    op.setup(OperatorContext(id=1, name="reader"))
+    op.begin_window(W)
+    with pytest.raises(Exception, match="end of file"):
+        for _ in range(100):
+            op.emit_tuples()
+    op.teardown()
+    assert got == lines
+
+
+# ---------------------------------------------------------------- through the engine
+
+class Collect(Operator):
+    """Keeps every tuple it gets (a sink for the engine tests)."""
+
+    input = InputPort()
+
+    def __init__(self) -> None:
+        self.seen: list = []
+
+    def process_input(self, t) -> None:  # noqa: ANN001
+        self.seen.append(t)
+
+
+def node(op_id: int, op: Operator, kind: str, start: int) -> Node:
+    ctx = OperatorContext(id=op_id, name=type(op).__name__, streaming_window_size_millis=20,
+                          attributes={"PROCESSING_MODE": "AT_LEAST_ONCE"})
+    return Node(op_id, ctx.name, op, ctx, kind, start, 1000, None)
+
+
+@pytest.mark.parametrize("batch_form", [False, True], ids=["per-tuple", "batch"])
+@pytest.mark.parametrize("lines_locality", ["THREAD_LOCAL", "CONTAINER_LOCAL"])
+def test_engine_counts_every_stream_kind_per_batch(tmp_path, batch_form, lines_locality):
+    """reader ─lines─▶ split ═THREAD_LOCAL═▶ count ─CONTAINER_LOCAL─▶ collect: counts, window by window."""
+    lines = sample_lines(3000, seed=3)
+    path = tmp_path / "in.txt"
+    path.write_text("\n".join(lines) + "\n")
+    reader = io.LineReader()
+    reader.path, reader.batch_lines = str(path), 100
+    reader.lines_per_window = 700  # several windows
+    split, count = (WordSplitter(), KeyCounter()) if batch_form else (TupleSplitter(), TupleCounter())
+    sink = Collect()
+    start = initial_window(int(time.time() * 1000))
+    n_reader, n_split = node(1, reader, "INPUT", start), node(2, split, "GENERIC", start)
+    n_count, n_sink = node(3, count, "OIO", start), node(4, sink, "GENERIC", start)
+    n_split.inline = lines_locality == "THREAD_LOCAL"
+    n_count.inline = True
+    wire = DirectSink if lines_locality == "THREAD_LOCAL" else QueueSink
+    n_reader.outputs["output"].add_sink(wire(n_split, n_split.add_source("input")))
+    n_split.outputs["output"].add_sink(DirectSink(n_count, n_count.add_source("input")))
+    n_count.outputs["output"].add_sink(QueueSink(n_sink, n_sink.add_source("input")))
+    nodes = [n_sink, n_count, n_split, n_reader]
+    for n in nodes:  # downstream first, like the agent
+        n.start()
+    try:
+        assert n_sink.stopped.wait(60) and n_reader.stopped.wait(5)
+        if not n_split.inline:
+            assert n_split.stopped.wait(5)
+    finally:
+        for n in nodes:
+            n.stop(1)
+    assert [n.state for n in nodes] == [NodeState.SHUTDOWN] * 4, [n.error for n in nodes]
+
+    words = [w for line in lines for w in words_of(line)]
+    truth = Counter(words)
+    got: Counter = Counter()
+    for row in sink.seen:
+        got[row["key"]] += row["count"]
+    assert got == truth and count.totals == dict(truth)
+
+    def total(n: Node, which: str, port: str) -> int:
+        return sum(getattr(s, which)[port] for s in n.stats)
+    # every stream kind counts its tuples: the THREAD_LOCAL downstreams' inputs too
+    assert total(n_reader, "output_counts", "output") == total(n_split, "input_counts", "input") == len(lines)
+    assert total(n_split, "output_counts", "output") == total(n_count, "input_counts", "input") == len(words)
+    assert total(n_count, "output_counts", "output") == total(n_sink, "input_counts", "input") == len(sink.seen)
+    assert len(n_count.stats) >= 4  # the counts spread over windows, not all in the last one
+    windows = [s.window_id for s in n_count.stats if s.input_counts["input"]]
+    assert len(windows) >= 4
+
+
+class Recorder:
+    """Stands in for a buffer-server publisher: keeps each (tag, payload)."""
+
+    def __init__(self) -> None:
+        self.frames: list = []
+
+    def payload(self, tag: int, data: bytes) -> None:
+        self.frames.append((tag, data))
+
+
+def test_a_publisher_tags_every_tuple_with_its_key_partition(monkeypatch):
+    """The str-tag cache must give the tag of partition_hash (never conflating 1, 1.0, True, "1")."""
+    from container import engine
+    from container.codec import get_codec
+    from container.partition import default_key, partition_hash
+    monkeypatch.setattr(engine, "TAG_CACHE_SIZE", 8)  # the cache starts over many times
+    rng = random.Random(11)
+    pool = ["whale", "sea", "1", "", "naïve", 1, 1.0, True, 2, 2.0, None, ("k", 2), {"key": "sea", "n": 1}, "ship"]
+    pool += [f"w{i}" for i in range(40)]
+    sink = engine.PublisherSink(Recorder(), "pickle", mask=3)
+    sent = []
+    for _ in range(30):
+        batch = [rng.choice(pool) for _ in range(rng.randrange(1, 200))]
+        sent.append(batch)
+        sink.data(batch)
+    codec = get_codec("pickle")
+    got: dict[int, list] = {}
+    for tag, data in sink.publisher.frames:
+        got.setdefault(tag, []).extend(codec.decode(data))
+    want: dict[int, list] = {}
+    for batch in sent:
+        for t in batch:
+            want.setdefault(partition_hash(default_key(t)) & 3, []).append(t)
+    assert got == want  # each tuple under its key's tag, in order
+
+
+def test_a_long_batch_reaches_a_queue_in_pieces_of_the_batch_size():
+    from container.engine import BATCH_SIZE, DATA
+    start = initial_window(int(time.time() * 1000))
+    downstream = node(9, Collect(), "GENERIC", start)
+    sink = QueueSink(downstream, downstream.add_source("input"))
+    items = list(range(BATCH_SIZE * 3 + 17))
+    sink.data(items)
+    pieces = []
+    while not downstream.queue.empty():
+        src, kind, value = downstream.queue.get_nowait()
+        assert kind == DATA
+        pieces.append(value)
+    assert [len(p) for p in pieces] == [BATCH_SIZE] * 3 + [17]
+    assert [t for p in pieces for t in p] == items
+
+
+def test_a_subclass_overriding_only_the_tuple_handler_is_served_per_tuple():
+    class Shout(WordSplitter):
+        def process_input(self, line: str) -> None:
+            self.output.emit(line.upper())
+
+    class ShoutBatch(Shout):
+        def process_batch(self, lines: list) -> None:
+            self.output.emit_batch([line.upper() + "!" for line in lines])
+
+    assert not has_batch_handler(Shout(), "input") and has_batch_handler(ShoutBatch(), "input")
+    assert feed(Shout(), [["a b", "c"]], batch_form=True) == ["A B", "C"]
+    assert feed(ShoutBatch(), [["a b", "c"]], batch_form=True) == ["A B!", "C!"]
