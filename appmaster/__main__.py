@@ -8,6 +8,7 @@ import os
 import sys
 
 from container import apppath, fs, logsetup
+from container.secret import read_token_file
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,11 +19,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--launcher", choices=("local", "yarn"),
                         default=os.environ.get("STRAM_LAUNCHER", "local"), help="[env: STRAM_LAUNCHER]")
     args = parser.parse_args(argv)
-    token = os.environ.get("STRAM_TOKEN")
-    if not args.app_path or not args.app_id or not token:
-        print("error: the master needs --app-path, --app-id and STRAM_TOKEN; "
+    token_file = os.environ.get("STRAM_TOKEN_FILE")
+    if not args.app_path or not args.app_id or not token_file:
+        print("error: the master needs --app-path, --app-id and STRAM_TOKEN_FILE; "
               "start applications with `stram launch`", file=sys.stderr)
         return 2
+    token = read_token_file(token_file)
+    if token is None:
+        print(f"error: cannot read the application token from STRAM_TOKEN_FILE={token_file}", file=sys.stderr)
+        return 2
+    os.umask(0o077)  # the journal, checkpoints, logs: owner-only (pickles are code to whoever writes them)
+    refused = fs.check_private(args.app_path)
+    if refused:
+        print(f"error: the master refuses to start: {refused}", file=sys.stderr)
+        return 1
+    fs.keep_private(args.app_path)
     log_dir = os.environ.get("STRAM_LOG_DIR") or (
         os.path.join(fs.resolve(args.app_path)[1], apppath.LOGS) if "://" not in args.app_path
         or args.app_path.startswith("file://") else apppath.LOGS)
@@ -41,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             from appmaster.launcher import LocalLauncher
             launcher = LocalLauncher(log_dir, app_id=args.app_id)
-        master = AppMaster(spec, args.app_id, args.app_path, token, launcher)
+        master = AppMaster(spec, args.app_id, args.app_path, token, launcher, token_file=token_file)
     except StramError as exc:  # a bad spec, no YARN container, a journal this stram cannot resume from
         logging.getLogger("appmaster").error("cannot run application %s: %s", args.app_id, exc)
         return 1

@@ -8,6 +8,13 @@ dispatcher (kill a container, scale, ask for a stack trace) or its requests
 ``/metrics`` serves Prometheus's text format (:mod:`appmaster.metrics`), ``/`` the web
 console (:mod:`appmaster.console`).
 Every endpoint is listed in ``docs/rest-api.md``.
+
+Every request is authorized first (:mod:`appmaster.adminauth`: the
+application's token, a browser session from ``/login``, or YARN's web proxy);
+request bodies are checked against a small schema per endpoint
+(:mod:`appmaster.adminbody`). The server is ``waitress`` (:class:`AdminServer`):
+a bounded thread pool, a connection limit, idle connections closed after a
+timeout, bodies capped.
 """
 
 from __future__ import annotations
@@ -19,11 +26,12 @@ from typing import Any
 
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
-from werkzeug.serving import make_server
 
-from appmaster import console, metrics
+from appmaster import adminauth, console, metrics
+from appmaster.adminbody import MAX_BODY_BYTES, BadBody, Field, parse
 from appmaster.events import ContainerNotRunning, MasterPaused
 from appmaster.reports import operator_rows
+from appmaster.scaling import MAX_PARTITIONS
 from appmaster.state import KillContainerRequest, StackTraceRequest, UnknownContainer
 
 log = logging.getLogger("appmaster.admin")
@@ -34,9 +42,28 @@ STACK_TRACE_WAIT = 10.0
 STACK_TRACE_WAIT_MAX = 60.0
 
 
-def create_app(master: Any) -> Flask:
+#: The body of the scale call; the other calls that change something take none (or ``{}``).
+SCALE_BODY = {"count": Field(int, required=True, low=1, high=MAX_PARTITIONS)}
+NO_BODY: dict[str, Field] = {}
+
+
+def body(schema: dict[str, Field]) -> dict[str, Any]:
+    """The current request's body checked against ``schema`` (:class:`BadBody`: answered 400)."""
+    return parse(request.get_data(cache=True), schema)
+
+
+def create_app(master: Any, auth: adminauth.AdminAuth | None = None) -> Flask:
+    """The admin API of ``master`` (authorized by ``auth``, default :meth:`AdminAuth.for_master`)."""
     app = Flask("stram-admin")
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+    adminauth.install(app, auth or adminauth.AdminAuth.for_master(master))
     registry = metrics.registry_for(master)
+
+    @app.errorhandler(BadBody)
+    def bad_body(exc: BadBody):  # noqa: ANN202
+        log.warning("admin API: %s %s from %s: bad body: %s", request.method, request.path,
+                    request.remote_addr, exc)
+        return jsonify({"error": f"bad request body: {exc}"}), 400
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException):  # noqa: ANN202
@@ -85,7 +112,7 @@ def create_app(master: Any) -> Flask:
 
     @app.route("/ws/v2/stram/containers/<container_id>", methods=["DELETE", "PUT"])
     def kill_container(container_id: str):  # noqa: ANN202
-        import time
+        body(NO_BODY)
         try:
             master.dispatch(KillContainerRequest(container_id, int(time.time() * 1000)))
         except UnknownContainer:
@@ -126,22 +153,24 @@ def create_app(master: Any) -> Flask:
 
     @app.route("/ws/v2/stram/shutdown", methods=["POST", "PUT"])
     def shutdown():  # noqa: ANN202
+        body(NO_BODY)
         master.request_shutdown()
         return jsonify({"shutdown": "requested"})
 
     @app.route("/ws/v2/stram/kill", methods=["POST", "PUT"])
     def kill():  # noqa: ANN202
+        body(NO_BODY)
         master.request_kill()
         return jsonify({"kill": "requested"})
 
     @app.route("/ws/v2/stram/operators/<name>/partitions", methods=["POST", "PUT"])
     def scale(name: str):  # noqa: ANN202
-        body = request.get_json(silent=True) or {}
+        count = body(SCALE_BODY)["count"]
         scale_fn = getattr(master, "scale", None)
         if scale_fn is None:
             return jsonify({"error": "live repartitioning is not available in this version"}), 501
         try:
-            return jsonify(scale_fn(name, int(body.get("count", 0))))
+            return jsonify(scale_fn(name, count))
         except (KeyError, ValueError) as exc:
             return jsonify({"error": str(exc)}), 400
 
@@ -150,11 +179,63 @@ def create_app(master: Any) -> Flask:
     return app
 
 
-def start_admin(master: Any, host: str) -> tuple[Any, str]:
-    """Serve the admin API on a free port in a thread; (server, base URL)."""
-    server = make_server("0.0.0.0", 0, create_app(master), threaded=True)
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    # a short poll: shutdown() waits for the loop to notice (the default 0.5 s delayed every app's end)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True,
-                     name="admin-http").start()
-    return server, f"http://{host}:{server.server_port}"
+class AdminServer:
+    """The admin API served by waitress in a thread, until :meth:`shutdown`.
+
+    Parameters
+    ----------
+    app:
+        The WSGI application.
+    host:
+        The address to listen on (``127.0.0.1`` locally, the node's address on YARN).
+    threads, connection_limit, channel_timeout:
+        Worker threads; open connections at most (more wait in the listen backlog);
+        seconds an idle or slow connection is kept.
+    """
+
+    def __init__(self, app: Any, host: str, threads: int = 4, connection_limit: int = 64,
+                 channel_timeout: int = 30) -> None:
+        from waitress.server import create_server
+        # X-Forwarded-For reaches the application as sent: adminauth trusts it only from this node
+        self.server = create_server(app, host=_one_address(host), port=0, threads=threads,
+                                    connection_limit=connection_limit, channel_timeout=channel_timeout,
+                                    cleanup_interval=5, max_request_body_size=4 * MAX_BODY_BYTES,
+                                    max_request_header_size=64 * 1024, ident="stram",
+                                    clear_untrusted_proxy_headers=False)
+        self.server_port = self.server.effective_port
+        self.host = host
+        self._thread = threading.Thread(target=self.server.run, daemon=True, name="admin-http")
+        self._thread.start()
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        """Stop listening, close every connection and the worker threads; returns once stopped."""
+        def close_all() -> None:  # in the server's own loop thread
+            for channel in list(self.server._map.values()):
+                if channel is not self.server.trigger:
+                    channel.close()
+            self.server.trigger.close()
+        try:
+            self.server.trigger.pull_trigger(close_all)
+        except OSError:
+            pass
+        self._thread.join(timeout)
+        self.server.task_dispatcher.shutdown(timeout=timeout)
+
+
+def _one_address(host: str) -> str:
+    """One IP address of ``host`` (IPv4 first), so the server listens on exactly one socket."""
+    import socket
+    try:
+        infos = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)
+    except OSError:
+        return host
+    infos.sort(key=lambda info: info[0] != socket.AF_INET)
+    return infos[0][4][0] if infos else host
+
+
+def start_admin(master: Any, host: str, bind: str | None = None) -> tuple[Any, str]:
+    """Serve the admin API on a free port of ``bind`` (default ``host``) in a thread; (server, base URL)."""
+    server = AdminServer(create_app(master), bind or host)
+    logging.getLogger("waitress").setLevel(logging.WARNING)
+    shown = host if ":" not in host else f"[{host}]"
+    return server, f"http://{shown}:{server.server_port}"

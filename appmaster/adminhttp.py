@@ -4,7 +4,9 @@
 returns the parsed JSON answer; an error status becomes
 :class:`~appmaster.errors.AdminRequestError` with the master's own
 explanation, and a server that does not answer becomes
-:class:`~appmaster.errors.ClusterUnreachable`.
+:class:`~appmaster.errors.ClusterUnreachable`. Every call carries the
+application's token as ``Authorization: Bearer <token>`` when one is given
+(the master refuses calls without it, :mod:`appmaster.adminauth`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ ADMIN_PREFIX = "/ws/v2/stram/"
 
 
 def request_json(base: str, path: str, method: str = "GET", body: dict | None = None,
-                 timeout: float = 10.0) -> Any:
+                 timeout: float = 10.0, token: str | None = None) -> Any:
     """Call ``<base>/ws/v2/stram/<path>``; the parsed JSON answer (None for an empty one).
 
     Parameters
@@ -38,6 +40,8 @@ def request_json(base: str, path: str, method: str = "GET", body: dict | None = 
         The JSON body of a call that changes something.
     timeout:
         Seconds to wait for the answer.
+    token:
+        The application's token (:func:`appmaster.apps.read_token`), sent as a Bearer credential.
 
     Raises
     ------
@@ -48,7 +52,10 @@ def request_json(base: str, path: str, method: str = "GET", body: dict | None = 
     """
     url = base.rstrip("/") + ADMIN_PREFIX + path
     data = json.dumps(body if body is not None else {}).encode() if method != "GET" else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return json.loads(resp.read() or b"null")

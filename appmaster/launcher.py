@@ -87,6 +87,7 @@ class LocalLauncher(Launcher):
 
     def launch(self, request: ContainerRequest) -> tuple[int, float] | None:
         env = dict(os.environ)
+        env.pop("STRAM_TOKEN", None)  # secrets travel as files (STRAM_TOKEN_FILE), never in the environment
         env.update(request.env)
         env["STRAM_HOST"] = "127.0.0.1"
         env["STRAM_WORK_DIR"] = os.path.join(os.path.dirname(self.log_dir), "work", request.container_id)

@@ -131,11 +131,14 @@ class AppMaster(AddressFiles):
     """One running application master."""
 
     def __init__(self, spec: Any, app_id: str, app_path: str, token: str, launcher: Launcher,
-                 host: str | None = None) -> None:
+                 host: str | None = None, token_file: str | None = None) -> None:
         self.spec = spec
         self.app_id = app_id
         self.app_path = app_path
         self.token = token
+        #: The private file containers read the token from (``STRAM_TOKEN_FILE``); without one,
+        #: a new ``0600`` temporary file (removed by :meth:`stop`).
+        self.token_file = token_file or self._private_token_file(token)
         self.launcher = launcher
         self.host = host or os.environ.get("STRAM_HOST") or socket.gethostname()
         self.lock = threading.RLock()
@@ -245,7 +248,7 @@ class AppMaster(AddressFiles):
 
     def _launch_container(self, ins: LaunchContainer) -> None:
         env = {"STRAM_CONTAINER_ID": ins.container_id, "STRAM_APP_PATH": self.app_path,
-               "STRAM_TOKEN": self.token, "STRAM_APP_ID": self.app_id}
+               "STRAM_TOKEN_FILE": self.token_file, "STRAM_APP_ID": self.app_id}
         started = self.launcher.launch(ContainerRequest(ins.container_id, ins.memory_mb, ins.vcores,
                                                         ins.hosts, env))
         while started is not None:  # journaled: a later attempt takes over this process, and no other
@@ -378,9 +381,11 @@ class AppMaster(AddressFiles):
     # ------------------------------------------------------------ run
     def start(self) -> None:
         servicer = UmbilicalServicer(self.dispatch, self.token)
-        self.server, self.port = create_server(servicer, host="0.0.0.0", port=0)
+        # only where callers are: 127.0.0.1 locally, the node's address on YARN (STRAM_BIND_HOST overrides)
+        bind = os.environ.get("STRAM_BIND_HOST") or self.host
+        self.server, self.port = create_server(servicer, host=bind, port=0)
         from appmaster.admin import start_admin
-        self.admin, self.admin_url = start_admin(self, self.host)
+        self.admin, self.admin_url = start_admin(self, self.host, bind)
         register = getattr(self.launcher, "register_ui", None)
         if register is not None:
             register(self.admin_url)
@@ -483,6 +488,21 @@ class AppMaster(AddressFiles):
             self.admin.shutdown()
         if self.server is not None:
             self.server.stop(grace=1.0)
+        if self._own_token_file:
+            try:
+                os.unlink(self.token_file)
+            except OSError:
+                pass
+
+    _own_token_file = False
+
+    def _private_token_file(self, token: str) -> str:
+        import tempfile
+        fd, path = tempfile.mkstemp(prefix=f"stram-{self.app_id}-", suffix=".token")  # 0600
+        with os.fdopen(fd, "w") as f:
+            f.write(token)
+        self._own_token_file = True
+        return path
 
     def write_status(self, final: bool = True) -> None:
         """``APP_PATH/status.json``: what list-apps shows once the master is gone.

@@ -52,7 +52,9 @@ def start(app_id: str, app_dir: str, env: dict[str, str], cwd: str, max_attempts
     cmd = [sys.executable, "-m", "appmaster.supervise", "--app-dir", app_dir, "--app-id", app_id,
            "--max-attempts", str(max_attempts)]
     if detach:
-        with open(os.path.join(app_dir, apppath.LOGS, "supervisor.log"), "ab") as out:
+        fd = os.open(os.path.join(app_dir, apppath.LOGS, "supervisor.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                     0o600)
+        with os.fdopen(fd, "ab") as out:
             proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)
     else:
@@ -185,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--app-id", required=True)
     parser.add_argument("--max-attempts", type=int, default=DEFAULT_ATTEMPTS)
     args = parser.parse_args(argv)
+    os.umask(0o077)  # status.json and the master's files: owner-only
+    fs.keep_private(args.app_dir)
     supervisor = Supervisor(args.app_id, args.app_dir, args.max_attempts)
     signal.signal(signal.SIGTERM, supervisor.stop)
     signal.signal(signal.SIGINT, supervisor.stop)

@@ -328,8 +328,9 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
     os.makedirs(os.path.join(app_dir, SIM))
     with open(os.path.join(app_dir, "spec.yaml"), "w") as f:
         f.write(spec_yaml(containers, operators, interval_ms, 500, 10, 30_000))
+    token = secrets.token_hex(16)
     with open(os.path.join(app_dir, SIM, "token"), "w") as f:
-        f.write(secrets.token_hex(16))
+        f.write(token)
     open(os.path.join(app_dir, SIM, "launched"), "w").close()
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     me = [sys.executable, os.path.abspath(__file__)]
@@ -352,7 +353,7 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
             try:
                 url = json.load(open(os.path.join(app_dir, "admin.json")))["url"]
                 a0 = time.perf_counter()
-                request_json(url, "operators", timeout=30)
+                request_json(url, "operators", timeout=30, token=token)
                 admin_ms.append(1000 * (time.perf_counter() - a0))
             except Exception:  # noqa: BLE001 - not up yet
                 pass

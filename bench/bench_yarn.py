@@ -39,7 +39,15 @@ from typing import Any, Callable
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from appmaster.adminhttp import request_json  # noqa: E402
+from appmaster.adminhttp import request_json as _request_json  # noqa: E402
+
+#: admin base URL -> the application's token (the admin API refuses calls without it).
+TOKENS: dict[str, str] = {}
+
+
+def request_json(url: str, path: str, *args: Any, **kwargs: Any) -> Any:
+    """:func:`appmaster.adminhttp.request_json` with the token of the application at ``url``."""
+    return _request_json(url, path, *args, token=TOKENS.get(url), **kwargs)
 from appmaster.errors import StramError  # noqa: E402
 
 MOBY = ROOT / "specs" / "data" / "moby-dick.txt"
@@ -163,6 +171,8 @@ def recoveries(cluster: Cluster, on_yarn: bool, kills: int) -> list[float]:
         os.environ.update(cluster.env)
         from appmaster.apps import find_app
         url = wait("admin URL", lambda: find_app(app_id).get("admin_url"))
+    from appmaster.apps import read_token
+    TOKENS[url] = read_token(app_id, yarn=on_yarn) or ""
     try:
         wait("admin API", lambda: request_json(url, "info", timeout=2))
         pid = lambda c: int(c["process"].split("@", 1)[0])  # noqa: E731 - every container runs on this machine

@@ -9,9 +9,11 @@ import sys
 
 from container import logsetup
 from container.agent import Agent, MasterGone
+from container.secret import read_token_file
 
 
 def main() -> int:
+    os.umask(0o077)  # checkpoints, write-ahead logs, logs: owner-only (a local output's files too)
     # its own rotating file in the log dir (STRAM_LOG_DIR); stdout/stderr keep only a crash's traceback
     log_dir = os.environ.get("STRAM_LOG_DIR")
     name = os.environ.get("STRAM_CONTAINER_ID", "container")
@@ -20,11 +22,17 @@ def main() -> int:
     try:
         container_id = os.environ["STRAM_CONTAINER_ID"]
         app_path = os.environ["STRAM_APP_PATH"]
-        token = os.environ["STRAM_TOKEN"]
+        token_file = os.environ["STRAM_TOKEN_FILE"]
     except KeyError as missing:
         print(f"error: environment variable {missing} is not set; containers are started "
               f"by the stram master, not by hand", file=sys.stderr)
         return 2
+    token = read_token_file(token_file)
+    if token is None:
+        print(f"error: cannot read the application token from STRAM_TOKEN_FILE={token_file}", file=sys.stderr)
+        return 2
+    from container import fs
+    fs.keep_private(app_path)
     agent = Agent(container_id, app_path, token, work_dir=os.environ.get("STRAM_WORK_DIR"))
     signal.signal(signal.SIGTERM, lambda *_: agent.stop())
     try:

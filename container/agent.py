@@ -1,7 +1,7 @@
 """The container agent: finds the master, heartbeats, deploys and runs operators.
 
 Started as ``python -m container`` with ``STRAM_CONTAINER_ID``,
-``STRAM_APP_PATH`` and ``STRAM_TOKEN`` in its environment (the launcher sets
+``STRAM_APP_PATH`` and ``STRAM_TOKEN_FILE`` in its environment (the launcher sets
 them). It reads the master's address from ``APP_PATH/heartbeatUri``, calls
 ``GetInitContext``, starts its buffer server, and then heartbeats at the
 interval the master gives, carrying out the instructions in each response.

@@ -46,7 +46,8 @@ pafs: Any = _LazyPyarrowFs()
 log = logging.getLogger("container.fs")
 T = TypeVar("T")
 
-__all__ = ["HdfsUnavailable", "hdfs_retry", "resolve", "join", "write_atomic", "write_status_file", "read_bytes",
+__all__ = ["HdfsUnavailable", "hdfs_retry", "keep_private", "check_private", "resolve", "join",
+           "write_atomic", "write_status_file", "read_bytes",
            "exists", "delete", "list_dir", "makedirs", "move", "open_output", "open_input"]
 
 
@@ -101,6 +102,75 @@ def resolve(uri: str) -> tuple[pafs.FileSystem, str]:
     """The ``pyarrow.fs`` file system and path for a URI or a local path."""
     key, path = _split(uri)
     return _filesystem(key), path
+
+
+# ---------------------------------------------------------------- a private APP_PATH
+
+#: Local directories (an ``APP_PATH``) under which every file the helpers create is
+#: owner-only (``0600``, directories ``0700``): checkpoints and the journal are pickles.
+_PRIVATE_ROOTS: list[str] = []
+
+
+def keep_private(uri: str) -> None:
+    """Create every later file under the local directory ``uri`` readable by its owner only
+    (files ``0600``, directories ``0700``); nothing for HDFS (its own permissions apply)."""
+    key, path = _split(uri)
+    if key == "file://":
+        root = os.path.realpath(path).rstrip("/") + "/"
+        if root not in _PRIVATE_ROOTS:
+            _PRIVATE_ROOTS.append(root)
+
+
+def _private_root(path: str) -> str | None:
+    real = os.path.realpath(path)
+    for root in _PRIVATE_ROOTS:
+        if (real + "/").startswith(root):
+            return root
+    return None
+
+
+def _restrict(fs: pafs.FileSystem, path: str, directory: bool = False) -> None:
+    """``path`` owner-only if it lies under a private root (and its directories up to the root)."""
+    if not isinstance(fs, pafs.LocalFileSystem):
+        return
+    root = _private_root(path)
+    if root is None:
+        return
+    here = path if directory else None
+    if not directory:
+        os.chmod(path, 0o600)
+        here = os.path.dirname(path)
+    while here and (os.path.realpath(here) + "/").startswith(root):
+        if os.stat(here).st_mode & 0o077:
+            os.chmod(here, 0o700)
+        if os.path.realpath(here) + "/" == root:
+            break
+        here = os.path.dirname(here)
+
+
+def check_private(uri: str) -> str:
+    """Why the local directory ``uri`` is not safe to run an application from ("" when it is).
+
+    Checkpoints and the journal are pickles: whoever can write them runs code in the
+    master and the containers. A directory another user owns, or that group or others
+    may write, is refused; one that group or others may only read is made ``0700``.
+    HDFS and other file systems are not checked here ("").
+    """
+    key, path = _split(uri)
+    if key != "file://" or not os.path.isdir(path):
+        return ""
+    st = os.stat(path)
+    if st.st_uid != os.getuid():
+        return f"APP_PATH {path} belongs to uid {st.st_uid}, not to this user (uid {os.getuid()})"
+    if st.st_mode & 0o022:
+        who = "its group and others" if st.st_mode & 0o022 == 0o022 else \
+            "its group" if st.st_mode & 0o020 else "others"
+        return (f"APP_PATH {path} can be written by {who} (mode {st.st_mode & 0o777:04o}); checkpoints and "
+                f"the journal there are pickles, which would let them run code as this application; "
+                f"make it private (`chmod 700 {path}`) or choose another APP_PATH")
+    if st.st_mode & 0o077:
+        os.chmod(path, 0o700)
+    return ""
 
 
 # ---------------------------------------------------------------- a NameNode briefly away
@@ -228,6 +298,7 @@ def join(uri: str, *parts: str) -> str:
 def makedirs(uri: str) -> None:
     fs, path = resolve(uri)
     fs.create_dir(path, recursive=True)
+    _restrict(fs, path, directory=True)
 
 
 @hdfs_retry
@@ -239,6 +310,7 @@ def write_atomic(uri: str, data: bytes) -> None:
     tmp = f"{parent}/._tmp-{uuid.uuid4().hex}"
     try:
         with fs.open_output_stream(tmp) as out:
+            _restrict(fs, tmp)  # before any byte is written
             out.write(data)
         fs.move(tmp, path)
     except BaseException:
@@ -347,7 +419,9 @@ def open_output(uri: str):
     fs, path = resolve(uri)
     parent = path.rsplit("/", 1)[0] or "/"
     fs.create_dir(parent, recursive=True)
-    return fs.open_output_stream(path)
+    stream = fs.open_output_stream(path)
+    _restrict(fs, path)
+    return stream
 
 
 @hdfs_retry

@@ -19,7 +19,7 @@ from appmaster.apps import TERMINAL, apps_dir, find_app, local_apps, write_token
 from appmaster.client import LocalRun, admin, app_info
 from appmaster.errors import StramError, UserError
 from appmaster.follow import follow
-from container import apppath
+from container import apppath, fs
 
 # ---------------------------------------------------------------- output
 
@@ -50,6 +50,9 @@ def _emit(data: Any, as_json: bool, human: Callable[[Any], str]) -> None:
 
 # ---------------------------------------------------------------- launch
 
+#: What ``launch --yarn --dry-run`` puts in the token file instead of a secret.
+DRY_RUN_TOKEN = "<placeholder: a new token is made at submission>"
+
 def launch(args: argparse.Namespace) -> int:
     from appmaster.spec import AppSpec
     # application modules resolve from the working directory, as they will in
@@ -65,17 +68,24 @@ def launch(args: argparse.Namespace) -> int:
         if args.dry_run:
             if not args.yarn:
                 raise UserError("--dry-run prints the Skein ApplicationSpec for --yarn; use `launch --yarn --dry-run`")
-            print(yarn.application_spec(spec, args.spec).to_yaml(), end="")
+            # no secret is made or shown: the token file holds a placeholder
+            print(yarn.application_spec(spec, args.spec, token=DRY_RUN_TOKEN).to_yaml(), end="")
             return 0
         return yarn.submit(spec, spec_path=args.spec, detach=args.detach, duration=args.duration)
     app_id = f"application_{int(time.time() * 1000)}_{secrets.randbelow(10000):04d}"
     app_path = os.path.join(apps_dir(), app_id)
-    os.makedirs(os.path.join(app_path, apppath.LOGS), exist_ok=True)
-    with open(os.path.join(app_path, apppath.SPEC), "w") as f:
+    os.makedirs(apps_dir(), exist_ok=True)
+    os.mkdir(app_path, 0o700)  # private: its checkpoints and journal are pickles
+    os.chmod(app_path, 0o700)
+    os.mkdir(os.path.join(app_path, apppath.LOGS), 0o700)
+    fs.keep_private(app_path)
+    fd = os.open(os.path.join(app_path, apppath.SPEC), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
         f.write(spec.to_yaml())
     token = secrets.token_hex(16)
-    write_token(app_id, token)
-    env = dict(os.environ, STRAM_TOKEN=token, STRAM_HOST="127.0.0.1")
+    # the master and containers read the token from this 0600 file, never from their environment
+    env = dict(os.environ, STRAM_TOKEN_FILE=write_token(app_id, token), STRAM_HOST="127.0.0.1")
+    env.pop("STRAM_TOKEN", None)
     here = os.getcwd()
     env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     from appmaster import supervise

@@ -61,7 +61,8 @@ streams:
 def scrape(app_id: str) -> dict:
     """/metrics of a local application, parsed: {(sample name, frozenset(labels)): value}."""
     url = stram_apps.find_app(app_id)["admin_url"] + "/metrics"
-    with urllib.request.urlopen(url, timeout=10) as resp:
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {stram_apps.read_token(app_id)}"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
         assert resp.headers["Content-Type"].startswith("text/plain")
         text = resp.read().decode()
     return {(s.name, frozenset(s.labels.items())): s.value

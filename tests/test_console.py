@@ -37,7 +37,19 @@ streams:
 
 
 def master(run: StateRun, launcher=None) -> SimpleNamespace:  # noqa: ANN001
-    return SimpleNamespace(lock=threading.RLock(), state=run.state, launcher=launcher or SimpleNamespace())
+    return SimpleNamespace(lock=threading.RLock(), state=run.state, launcher=launcher or SimpleNamespace(),
+                           token=TOKEN, host="127.0.0.1")
+
+
+#: The application token the test clients send (the admin API refuses calls without it).
+TOKEN = "console-test-token"
+
+
+def authorized(app):  # noqa: ANN001, ANN201
+    """A test client of ``app`` that sends the application's token."""
+    client = app.test_client()
+    client.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {TOKEN}"
+    return client
 
 
 def test_the_logical_plan_has_every_operator_with_its_live_partitions_and_every_stream():
@@ -91,7 +103,7 @@ def client(tmp_path):
     (logs / f"{cid}.log.1").write_text("".join(f"line {i}\n" for i in range(201, 401)))
     (logs / f"{cid}.log").write_text("".join(f"line {i}\n" for i in range(401, 801)))
     app = create_app(master(run, SimpleNamespace(log_dir=str(logs))))
-    return app.test_client(), run
+    return authorized(app), run
 
 
 def test_the_page_and_its_two_assets_are_served_and_nothing_else(client):
@@ -138,7 +150,7 @@ def test_on_yarn_the_log_is_where_the_nodemanager_shows_it():
     run.deploy()
     cid = run.cid("src")
     pages = {cid: "http://nm1:8042/node/containerlogs/container_e01_0001_01_000002/alice"}
-    http = create_app(master(run, SimpleNamespace(log_page=pages.get))).test_client()
+    http = authorized(create_app(master(run, SimpleNamespace(log_page=pages.get))))
     assert http.get(f"/ws/v2/stram/containers/{cid}/log").get_json() == {"container": cid, "url": pages[cid]}
     answer = http.get(f"/ws/v2/stram/containers/{run.cid('out')}/log")
     assert answer.status_code == 404 and "YARN does not know where" in answer.get_json()["error"]

@@ -21,6 +21,7 @@ import shutil
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -122,8 +123,9 @@ streams:
 
 
 def _console_url(app_id: str) -> str:
+    """The console of a local application, with its token in the address (the page keeps it)."""
     url = wait_until(lambda: stram_apps.find_app(app_id).get("admin_url"), timeout=60, what="the admin URL")
-    return url + "/"
+    return url + "/#token=" + urllib.parse.quote(stram_apps.read_token(app_id))
 
 
 def _all_active(app_id: str) -> bool:
@@ -298,15 +300,17 @@ def test_behind_a_proxy_a_script_name_shows_as_text_and_scale_and_kill_work(tmp_
     app_id = launch_detached(_spec(tmp_path, XSS_NAME, WORDS, 100))
     page = proxy = None
     try:
-        proxy = PrefixProxy(_console_url(app_id).rstrip("/"), f"/proxy/{app_id}/pages/stram")
+        _console_url(app_id)  # the master is up
+        proxy = PrefixProxy(stram_apps.find_app(app_id)["admin_url"], f"/proxy/{app_id}/pages/stram")
         # no trailing slash: the page adds it; the token is kept for the tab and leaves the address bar
-        page = Page(chromium, proxy.url + "#token=s3cret%2B1")
+        token = stram_apps.read_token(app_id)
+        page = Page(chromium, proxy.url + "#token=" + urllib.parse.quote(token))
         p = page.page
         assert p.url == proxy.url + "/"
-        assert p.evaluate("sessionStorage.stramToken") == "s3cret+1"
+        assert p.evaluate("sessionStorage.stramToken") == token
         api_calls = {path: auth for path, auth in proxy.authorization.items() if "/ws/v2/stram/" in path}
         assert any(path.endswith("/pages/stram/ws/v2/stram/snapshot") for path in api_calls)
-        assert set(api_calls.values()) == {"Bearer s3cret+1"}
+        assert set(api_calls.values()) == {f"Bearer {token}"}
         wait_until(lambda: p.inner_text("#app-name") == XSS_NAME, timeout=30, what="the name shown as text")
         assert p.title() == f"{XSS_NAME} · stram"
         assert p.evaluate("document.querySelectorAll('img').length") == 0

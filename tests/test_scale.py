@@ -437,6 +437,7 @@ def test_admin_api_returns_what_was_done_and_refusals(tmp_path):
     run.deploy()
     m.scale_wait = 0.3
     client = create_app(m).test_client()
+    client.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {TOKEN}"
     r = client.post("/ws/v2/stram/operators/count/partitions", json={"count": 2})
     assert r.status_code == 400
     assert r.get_json() == {"error": "no common checkpoint of count yet; try again in a few seconds"}

@@ -92,6 +92,11 @@ def _no_cluster_config(monkeypatch):
                         lambda env=None: real(env) if (env or os.environ).get("HADOOP_CONF_DIR") else None)
 
 
+def token_of(master_or_service) -> str:
+    """The token an application spec's master (or service) gets in its localized token file."""
+    return pathlib.Path(master_or_service.files["stram.token"].source[len("file://"):]).read_text()
+
+
 def test_wordcount_application_spec(tmp_path):
     spec = AppSpec.from_file(WORDCOUNT)
     aspec = roundtrip(yarn.application_spec(spec, str(WORDCOUNT), staging_dir=str(tmp_path)))
@@ -108,9 +113,15 @@ def test_wordcount_application_spec(tmp_path):
     assert lines[-1] == "exec python -m appmaster --launcher yarn"
     assert 'export STRAM_APP_ID="${STRAM_APP_ID:-$SKEIN_APPLICATION_ID}"' in lines
     assert "python -m appmaster.yarn prepare-master spec.yaml" in lines
-    assert set(master.env) == {"STRAM_APP_PATH", "STRAM_TOKEN", "STRAM_LAUNCHER", "PYTHONUNBUFFERED"}
+    assert set(master.env) == {"STRAM_APP_PATH", "STRAM_TOKEN_FILE", "STRAM_LAUNCHER", "PYTHONUNBUFFERED", "STRAM_USER"}
     assert master.env["STRAM_APP_PATH"].startswith(f"hdfs:///user/{yarn.appspec._hadoop_user(None)}/.stram/apps/wordcount-")
-    assert len(master.env["STRAM_TOKEN"]) == 32 and int(master.env["STRAM_TOKEN"], 16) >= 0
+    # the token is a private localized file, never in the environment
+    assert master.env["STRAM_TOKEN_FILE"] == "stram.token"
+    token = token_of(master)
+    assert len(token) == 32 and int(token, 16) >= 0
+    assert str(master.files["stram.token"].visibility) == "APPLICATION"
+    assert os.stat(master.files["stram.token"].source[len("file://"):]).st_mode & 0o777 == 0o600
+    assert token not in aspec.to_yaml()
     # the resolved spec is shipped to the master and loads back equal
     spec_file = master.files["spec.yaml"]
     assert str(spec_file.type) == "FILE"
@@ -126,11 +137,12 @@ def test_wordcount_application_spec(tmp_path):
     assert service.max_restarts == 0 and service.allow_failures is True
     assert service.script.splitlines()[-1] == "exec python -m container"
     assert 'python -m appmaster.yarn check-hdfs "$STRAM_APP_PATH"' in service.script
-    assert set(service.files) == {"app"} and "spec.yaml" not in service.files
-    assert service.env == {"PYTHONUNBUFFERED": "1"}
+    assert set(service.files) == {"app", "stram.token"} and "spec.yaml" not in service.files
+    assert service.env == {"PYTHONUNBUFFERED": "1", "STRAM_TOKEN_FILE": "stram.token"}
+    assert token_of(service) == token
     # a new token and a new application directory for every launch
     other = yarn.application_spec(spec, str(WORDCOUNT), staging_dir=str(tmp_path / "2"))
-    assert other.master.env["STRAM_TOKEN"] != master.env["STRAM_TOKEN"]
+    assert token_of(other.master) != token
     assert other.master.env["STRAM_APP_PATH"] != master.env["STRAM_APP_PATH"]
 
 
@@ -149,7 +161,7 @@ def test_spec_attributes_and_options(tmp_path):
     assert aspec.file_systems == ["hdfs://nn.example.com:8020"]
     assert (aspec.master.resources.memory, aspec.master.resources.vcores) == (2048, 2)
     assert aspec.master.env["STRAM_APP_PATH"] == "hdfs://nn.example.com:8020/apps/small-1"
-    assert aspec.master.env["STRAM_TOKEN"] == "t0k3n"
+    assert token_of(aspec.master) == "t0k3n" and "t0k3n" not in aspec.to_yaml()
     shapes = {name: (s.resources.memory, s.resources.vcores) for name, s in aspec.services.items()}
     assert shapes == {"container": (512, 2), "container-4096mb-2vc": (4096, 2)}
     assert all(s.instances == 0 for s in aspec.services.values())
@@ -270,6 +282,9 @@ def test_dry_run_prints_a_valid_skein_spec(tmp_path, capsys):
     assert aspec.queue == "etl" and aspec.name == "wordcount"
     shipped = AppSpec.from_yaml(pathlib.Path(aspec.master.files["spec.yaml"].source[len("file://"):]).read_text())
     assert shipped.operators["reader"].properties["path"] == "hdfs:///data/words.txt"
+    # no secret is made for a dry run: the token file holds a placeholder, and the printed spec no token
+    assert token_of(aspec.master) == cli.DRY_RUN_TOKEN
+    assert "STRAM_TOKEN" not in aspec.master.env and aspec.master.env["STRAM_TOKEN_FILE"] == "stram.token"
 
 
 def test_local_path_warnings():
@@ -933,7 +948,8 @@ def run_on_standin(tmp_path: pathlib.Path, overrides: list[str], during=None, ti
 
     standin = StandInApplicationClient(aspec, tmp_path / "nm", app_id)
     launcher = yarn.YarnLauncher(standin)
-    master = AppMaster(spec, app_id, app_path, aspec.master.env["STRAM_TOKEN"], launcher, host="127.0.0.1")
+    master = AppMaster(spec, app_id, app_path, token_of(aspec.master), launcher, host="127.0.0.1",
+                       token_file=aspec.master.env["STRAM_TOKEN_FILE"])
     result: dict[str, Any] = {}
     thread = threading.Thread(target=lambda: result.setdefault("state", master.run()), daemon=True)
     try:
@@ -966,8 +982,9 @@ def test_yarn_launcher_runs_wordcount(tmp_path):
     assert standin.containers and {c["service"] for c in standin.containers.values()} == {"container"}
     for c in standin.containers.values():
         assert (c["dir"] / "app" / "container" / "agent.py").is_file()
-        assert set(c["env"]) >= {"STRAM_CONTAINER_ID", "STRAM_APP_PATH", "STRAM_TOKEN", "STRAM_APP_ID"}
-        assert c["env"]["STRAM_TOKEN"] == aspec.master.env["STRAM_TOKEN"]
+        assert set(c["env"]) >= {"STRAM_CONTAINER_ID", "STRAM_APP_PATH", "STRAM_TOKEN_FILE", "STRAM_APP_ID"}
+        assert "STRAM_TOKEN" not in c["env"]
+        assert (c["dir"] / c["env"]["STRAM_TOKEN_FILE"]).read_text() == token_of(aspec.master)
     assert all(str(c.state) == "SUCCEEDED" for c in standin.get_containers(states=["SUCCEEDED", "FAILED",
                                                                                  "KILLED", "RUNNING"]))
     # the agents announced the NodeManager's host (NM_HOST), as the script exports it
@@ -993,12 +1010,14 @@ def test_yarn_launcher_recovers_a_killed_container(tmp_path):
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if master.admin_url:
-                rows = json.loads(urllib.request.urlopen(master.admin_url + "/ws/v2/stram/operators").read())
+                auth = {"Authorization": f"Bearer {master.token}"}
+                rows = json.loads(urllib.request.urlopen(urllib.request.Request(
+                    master.admin_url + "/ws/v2/stram/operators", headers=auth)).read())
                 active = [r for r in rows["operators"] if r["state"] == "ACTIVE"]
                 if len(active) == 4 and not master.finished.is_set():
                     victim = next(r["container"] for r in active if r["name"] == "count")
                     req = urllib.request.Request(f"{master.admin_url}/ws/v2/stram/containers/{victim}",
-                                                 method="DELETE")
+                                                 method="DELETE", headers=auth)
                     killed["id"] = json.loads(urllib.request.urlopen(req).read())["killed"]
                     return
             time.sleep(0.2)

@@ -9,6 +9,7 @@ counts made here from the input.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections import Counter
@@ -148,3 +149,88 @@ def test_inspect_shutdown_and_kill(on_minicluster, tmp_path):
     prefix = prefix_truth(MOBY, sum(sums.values()))
     assert prefix is not None and prefix == sums
     assert sum(sums.values()) < sum(word_truth(MOBY).values())  # it really stopped early
+
+
+def test_admin_api_on_yarn_lets_in_the_token_and_the_proxy_only(on_minicluster, tmp_path):
+    """On the mini cluster: the master's own admin address refuses a caller without the token (or
+    with a foreign Origin) and serves one with it; the ResourceManager's web proxy is let in for
+    reading; no process of the application has the token in its environment; the count is exact."""
+    import http.client as http_client
+    import socket
+    import urllib.parse
+
+    import psutil
+
+    from appmaster import yarn
+    from appmaster.apps import read_token
+
+    def http(url, method="GET", headers=None, body=None, source=None):
+        """(status, body) of a request; ``source``: the local address the call comes from."""
+        parts = urllib.parse.urlsplit(url)
+        conn = http_client.HTTPConnection(parts.hostname, parts.port, timeout=30,
+                                          source_address=(source, 0) if source else None)
+        try:
+            conn.request(method, parts.path, body=body, headers=headers or {})
+            resp = conn.getresponse()
+            return resp.status, resp.read()
+        finally:
+            conn.close()
+
+    # on a one-machine cluster the ResourceManager's web proxy is 127.0.0.1: a stranger is a caller
+    # from another address of this machine
+    stranger = next((a.address for addrs in psutil.net_if_addrs().values() for a in addrs
+                     if a.family == socket.AF_INET and not a.address.startswith("127.")), None)
+    if stranger is None:
+        pytest.skip("this machine has no address but the loopback: no caller can be told from the proxy")
+
+    cluster = on_minicluster
+    base = cluster.new_dir("auth")
+    moby = cluster.put(MOBY, f"{base}/moby.txt")
+    proc, app_id = launch_following(WORDCOUNT, *FAST, *SMALL, "-D", "operators.reader.lines_per_window=20",
+                                    "-D", f"operators.reader.path={moby}",
+                                    "-D", f"operators.out.path={cluster.uri(base)}/out")
+    try:
+        wait_until(lambda: running_operators(app_id), timeout=240, interval=2, what="operators ACTIVE")
+        token = read_token(app_id, yarn=True)
+        assert token
+        with yarn.connect() as client:
+            direct = yarn.direct_admin_url(app_id, client)
+            proxied = yarn.admin_url_for(app_id, client)
+        assert direct and not direct.startswith("http://0.0.0.0"), direct
+        info = direct + "/ws/v2/stram/info"
+        assert http(info, source=stranger)[0] == 401
+        assert http(info, headers={"X-Forwarded-For": "127.0.0.1"}, source=stranger)[0] == 401
+        assert http(info, headers={"Authorization": "Bearer " + "0" * len(token)}, source=stranger)[0] == 401
+        status, text = http(info, headers={"Authorization": f"Bearer {token}"}, source=stranger)
+        assert status == 200 and json.loads(text)["id"] == app_id
+        for path in ("kill", "shutdown"):
+            assert http(f"{direct}/ws/v2/stram/{path}", "POST", body=b"{}", source=stranger)[0] == 401
+            assert http(f"{direct}/ws/v2/stram/{path}", "POST", body=b"{}", source=stranger,
+                        headers={"Authorization": f"Bearer {token}", "Origin": "http://evil.example"})[0] == 403
+        status, text = http(proxied + "/ws/v2/stram/info")              # through the RM's web proxy
+        assert status == 200 and json.loads(text)["id"] == app_id, (status, text[:300])
+        status, text = http(proxied + "/ws/v2/stram/kill", "PUT", body=b"{}",
+                            headers={"Content-Type": "application/json"})
+        # the proxy names its user (simple auth: dr.who), who is not in the modify ACL
+        assert status == 403 and "may not modify" in json.loads(text)["error"], (status, text[:300])
+        # no process of the application carries the token in its environment
+        seen = 0
+        for p in psutil.process_iter():
+            try:
+                with open(f"/proc/{p.pid}/environ", "rb") as f:
+                    environ = f.read()
+            except OSError:
+                continue
+            if f"STRAM_APP_ID={app_id}".encode() in environ.split(b"\0"):
+                seen += 1
+                assert token.encode() not in environ, p.cmdline()
+        assert seen >= 2, seen
+        _, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err[-4000:]
+    truth = word_truth(MOBY)
+    sums, maxima, _ = read_counts(cluster.get(f"{base}/out", tmp_path / "out"))
+    assert sums == truth and maxima == dict(truth)

@@ -28,7 +28,7 @@ from appmaster.yarn.hadoopconf import qualify_hdfs
 
 log = logging.getLogger("appmaster.yarn")
 
-__all__ = ["STRAM_TAG", "CONTAINER_SERVICE", "DEFAULT_MAX_ATTEMPTS", "SPEC_FILE", "application_spec",
+__all__ = ["STRAM_TAG", "CONTAINER_SERVICE", "DEFAULT_MAX_ATTEMPTS", "SPEC_FILE", "TOKEN_FILE", "application_spec",
            "container_shapes", "application_modules", "local_path_warnings"]
 
 #: Every stram application carries this YARN application tag (``list_apps`` filters on it).
@@ -43,6 +43,8 @@ ENV_DIR = "environment"
 APP_DIR = "app"
 #: The resolved spec, as the master's localized file and under APP_PATH.
 SPEC_FILE = "spec.yaml"
+#: The localized file holding the application's token (``STRAM_TOKEN_FILE``).
+TOKEN_FILE = "stram.token"
 #: stram's own top-level packages (never shipped as "the application's modules").
 STRAM_PACKAGES = ("appmaster", "container", "proto", "scripts")
 #: Suffixes YARN (through Skein) unpacks as archives.
@@ -94,7 +96,10 @@ def application_spec(spec: Any, spec_path: str | None = None, *, python_env: str
         when stram runs from a source checkout (an editable install), which the
         nodes cannot import.
     token:
-        The application's secret (``STRAM_TOKEN``); default: a new random one.
+        The application's secret; default: a new random one. It is written to a
+        ``0600`` file in the staging directory and reaches the master and the
+        containers as the localized file ``stram.token`` (application visibility;
+        ``STRAM_TOKEN_FILE`` names it), never in the environment or the spec.
     max_attempts:
         YARN attempts of the master (default 2: the second resumes from the
         master's journal under APP_PATH).
@@ -138,13 +143,19 @@ def application_spec(spec: Any, spec_path: str | None = None, *, python_env: str
     spec_file = os.path.join(staging, SPEC_FILE)
     with open(spec_file, "w") as f:
         f.write(spec.to_yaml())
+    token_file = os.path.join(staging, TOKEN_FILE)
+    fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token)
+    files[TOKEN_FILE] = skein.File(token_file, type="file", visibility="application")
     master_files = dict(files)
     master_files[SPEC_FILE] = skein.File(spec_file, type="file")
 
-    common_env = {"PYTHONUNBUFFERED": "1"}
+    common_env = {"PYTHONUNBUFFERED": "1", "STRAM_TOKEN_FILE": TOKEN_FILE}
     if principal and keytab:
         common_env["STRAM_PRINCIPAL"] = principal
-    master_env = dict(common_env, STRAM_APP_PATH=app_path, STRAM_TOKEN=token, STRAM_LAUNCHER="yarn")
+    master_env = dict(common_env, STRAM_APP_PATH=app_path, STRAM_LAUNCHER="yarn",
+                      STRAM_USER=_hadoop_user(principal))  # the admin API's modify ACL
     preamble = _script_preamble(activate, bool(app_archive), bool(principal and keytab))
     master_script = "\n".join([
         preamble,

@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from appmaster.adminhttp import request_json
-from appmaster.apps import write_token
+from appmaster.apps import read_token, write_token
 from appmaster.errors import AdminRequestError, ClusterUnreachable, StramError
 from appmaster.follow import follow as follow_run, pause_note
 from appmaster.yarn.appspec import STRAM_TAG, application_spec, local_path_warnings
@@ -93,6 +93,7 @@ def submit(spec: Any, *, spec_path: str | None = None, detach: bool = False, dur
             except Exception as exc:  # noqa: BLE001
                 raise translate(exc, f"submitting {spec.name} to YARN queue {aspec.queue!r}",
                                 log_path=os.path.join(staging, "driver.log")) from None
+            write_token(app_id, token, yarn=True)  # the CLI's admin calls send it
             tracking = ""
             with contextlib.suppress(Exception):
                 tracking = client.application_report(app_id).tracking_url
@@ -230,11 +231,12 @@ def admin_request(app_id: str, client: Any, path: str, method: str = "GET", body
         Neither route answered.
     """
     proxied = admin_url_for(app_id, client)
+    token = read_token(app_id, yarn=True)  # the proxy does not forward it: GET through it needs none
     routes = [proxied] if method == "GET" else [u for u in (direct_admin_url(app_id, client), proxied) if u]
     problems = []
     for base in routes:
         try:
-            return request_json(base, path, method, body, timeout=timeout)
+            return request_json(base, path, method, body, timeout=timeout, token=token)
         except AdminRequestError as exc:
             if exc.status == 405 and base == proxied:
                 problems.append(f"{base}: the YARN web proxy does not forward {method}")

@@ -1,0 +1,133 @@
+"""The admin API's HTTP server and request bodies (issue 14, item 4).
+
+Bodies are checked per endpoint: ``[]``, ``null``, deep nesting, unknown
+fields, wrong types (a count of ``1.9``, ``true`` or ``"2"``) and counts out of
+range get 400 with a message, a body over 64 KiB gets 413, and nothing is done.
+The server is waitress on a real socket: slow clients do not grow the
+master's threads, and it stops cleanly (the port is closed, its thread ended).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+
+from appmaster.admin import AdminServer, create_app
+from appmaster.adminauth import AdminAuth
+from appmaster.adminbody import MAX_BODY_BYTES, BadBody, Field, parse
+from appmaster.scaling import MAX_PARTITIONS
+from test_admin_auth import TOKEN, master  # noqa: F401 - the fixture
+
+SCALE = "/ws/v2/stram/operators/count/partitions"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.mark.parametrize("raw, why", [
+    (b"[]", "must be a JSON object"), (b"null", "must be a JSON object"), (b"3", "must be a JSON object"),
+    (b'"count"', "must be a JSON object"), (b"{", "not JSON"), (b"\xff\xfe", "not JSON"),
+    (b'{"count": 1.9}', "must be an integer"), (b'{"count": true}', "must be an integer"),
+    (b'{"count": "2"}', "must be an integer"), (b'{"count": null}', "must be an integer"),
+    (b'{"count": [2]}', "must be an integer"), (b'{"count": 0}', "at least 1"),
+    (b'{"count": -4}', "at least 1"), (f'{{"count": {MAX_PARTITIONS + 1}}}'.encode(), f"at most {MAX_PARTITIONS}"),
+    (b'{"count": 1e400}', "must be an integer"), (b"{}", "'count' is required"),
+    (b'{"count": 2, "extra": 1}', "unknown field"),
+    (b'{"count": 2, "a": {"b": {"c": {"d": {}}}}}', "deeper than"),
+    (b"[" * 50000 + b"]" * 50000, "must be a JSON object|not JSON"),
+    (b'{"count": 2, "a": ' + b"[" * 5000 + b"]" * 5000 + b"}", "deeper than|not JSON"),
+])
+def test_scale_bodies_that_do_not_fit_get_400(master, raw, why):  # noqa: F811
+    client = create_app(master, AdminAuth(TOKEN)).test_client()
+    r = client.post(SCALE, data=raw, headers=dict(AUTH, **{"Content-Type": "application/json"}))
+    if len(raw) > MAX_BODY_BYTES:
+        assert r.status_code == 413
+    else:
+        assert r.status_code == 400, (raw[:40], r.status_code, r.data[:200])
+        import re
+        assert re.search(why, r.get_json()["error"]), r.get_json()
+    assert master.recorder.calls == []
+
+
+def test_good_bodies_are_taken(master):  # noqa: F811
+    client = create_app(master, AdminAuth(TOKEN)).test_client()
+    for count in (1, 5, MAX_PARTITIONS):
+        assert client.post(SCALE, json={"count": count}, headers=AUTH).status_code == 200
+    for path in ("/ws/v2/stram/shutdown", "/ws/v2/stram/kill"):
+        assert client.post(path, headers=AUTH).status_code == 200                     # no body
+        assert client.post(path, json={}, headers=AUTH).status_code == 200
+        r = client.post(path, json={"now": True}, headers=AUTH)
+        assert r.status_code == 400 and "unknown field" in r.get_json()["error"]
+        assert client.post(path, json=[], headers=AUTH).status_code == 400
+    assert master.recorder.calls == [("scale", "count", 1), ("scale", "count", 5), ("scale", "count", MAX_PARTITIONS),
+                                     ("shutdown",), ("shutdown",), ("kill",), ("kill",)]
+
+
+def test_parse_schema_types():
+    schema = {"n": Field(int, low=0, high=9), "s": Field(str), "b": Field(bool), "f": Field(float)}
+    assert parse(b' {"n": 3, "s": "x", "b": false, "f": 2} ', schema) == {"n": 3, "s": "x", "b": False, "f": 2}
+    for bad in (b'{"s": 1}', b'{"b": 0}', b'{"f": "1"}', b'{"f": true}', b'{"n": 10}'):
+        with pytest.raises(BadBody):
+            parse(bad, schema)
+
+
+@pytest.fixture
+def served(master):  # noqa: F811
+    server = AdminServer(create_app(master, AdminAuth(TOKEN)), "127.0.0.1", channel_timeout=30)
+    yield server, f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+
+
+def _post(url: str, body: bytes, headers: dict | None = None) -> tuple[int, bytes]:
+    req = urllib.request.Request(url, data=body, method="POST",
+                                 headers=dict(AUTH, **{"Content-Type": "application/json"}, **(headers or {})))
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def test_the_real_server_refuses_big_and_bad_bodies(served, master):  # noqa: F811
+    server, base = served
+    status, text = _post(base + SCALE, b'{"count": 2, "pad": "' + b"x" * (MAX_BODY_BYTES + 1) + b'"}')
+    assert status == 413
+    # 50 MiB announced: refused from its Content-Length, before the body is read
+    with socket.create_connection(("127.0.0.1", server.server_port), timeout=10) as s:
+        s.sendall(f"POST {SCALE} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+                  f"Content-Type: application/json\r\nContent-Length: {50 << 20}\r\n\r\n".encode() + b"x" * 1000)
+        answer = s.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:100]
+    status, text = _post(base + SCALE, b"null")
+    assert status == 400 and "JSON object" in json.loads(text)["error"]
+    status, text = _post(base + SCALE, b'{"count": 3}')
+    assert status == 200 and json.loads(text) == {"to": 3}
+    assert master.recorder.calls == [("scale", "count", 3)]
+
+
+def test_slow_clients_do_not_grow_threads_and_the_server_stops_cleanly(master):  # noqa: F811
+    before = threading.active_count()
+    server = AdminServer(create_app(master, AdminAuth(TOKEN)), "127.0.0.1", threads=4, connection_limit=32)
+    port = server.server_port
+    slow = []
+    try:
+        for _ in range(300):  # each sends half a request line and waits
+            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            s.sendall(b"GET /ws/v2/stram/info HTTP/1.1\r\nHost: x\r\n")
+            slow.append(s)
+        # a thread pool of 4 and one loop thread, however many connections are held
+        assert threading.active_count() <= before + 5
+    finally:
+        for s in slow:
+            s.close()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/ws/v2/stram/info", headers=AUTH)
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert json.loads(resp.read())["id"] == "app-auth"
+    server.shutdown()
+    assert not server._thread.is_alive()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    assert threading.active_count() <= before

@@ -1,0 +1,121 @@
+"""A real local application under attack (issue 14): it lets no stranger in, keeps its secret out
+of every process's environment, keeps its directory private, and still counts exactly.
+
+While a word count runs, every admin endpoint is called over HTTP without the
+token, with a wrong one, and (for calls that change something) with the token
+but a foreign ``Origin``: all are refused and nothing happens. The environment
+and command line of every process of the application (supervisor, master,
+containers) are read from ``/proc``: no token. After it ends: its output equals
+a count made here, and every directory under ``APP_PATH`` is ``0700``, every
+file ``0600``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+import psutil
+import pytest
+
+from appmaster import apps as stram_apps
+from conftest import ROOT, read_counts, word_truth
+from e2ekit import admin, app_processes, launch_detached, running_operators, wait_final, wait_until
+
+pytestmark = pytest.mark.slow
+
+WORDS = ROOT / "specs" / "data" / "words.txt"
+
+PATHS = [("GET", "/ws/v2/stram/info"), ("GET", "/ws/v2/stram/operators"), ("GET", "/ws/v2/stram/plan"),
+         ("GET", "/ws/v2/stram/containers"), ("GET", "/ws/v2/stram/snapshot"), ("GET", "/metrics"),
+         ("GET", "/ws/v2/stram/containers/c1/stackTrace"), ("DELETE", "/ws/v2/stram/containers/c1"),
+         ("PUT", "/ws/v2/stram/containers/c1"), ("POST", "/ws/v2/stram/shutdown"), ("POST", "/ws/v2/stram/kill"),
+         ("PUT", "/ws/v2/stram/kill"), ("POST", "/ws/v2/stram/operators/count/partitions")]
+
+
+def http(url: str, method: str = "GET", headers: dict | None = None, body: bytes | None = None):
+    req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def secrets_in_processes(app_id: str, token: str) -> tuple[int, list[str]]:
+    """(processes looked at, those whose /proc environ or command line hold ``token``)."""
+    seen, leaks = 0, []
+    for proc in app_processes(app_id):
+        try:
+            with open(f"/proc/{proc.pid}/environ", "rb") as f:
+                environ = f.read()
+            cmdline = " ".join(proc.cmdline())
+        except (OSError, psutil.Error):
+            continue
+        seen += 1
+        if token.encode() in environ or token in cmdline:
+            leaks.append(f"{proc.pid} {cmdline[:80]}")
+    return seen, leaks
+
+
+@pytest.mark.slow
+def test_a_running_word_count_refuses_strangers_and_keeps_its_secrets(tmp_path):
+    out = tmp_path / "out"
+    app_id = launch_detached("specs/wordcount.yaml", "-D", f"operators.reader.path={WORDS}",
+                             "-D", "operators.reader.lines_per_window=10", "-D", f"operators.out.path={out}")
+    final = None
+    try:
+        base = wait_until(lambda: stram_apps.find_app(app_id).get("admin_url"), what="admin URL")
+        assert base.startswith("http://127.0.0.1:"), base                 # bound to the loopback only
+        token = stram_apps.read_token(app_id)
+        app_path = stram_apps.find_app(app_id)["app_path"]
+        assert token and os.stat(stram_apps.token_path(app_id)).st_mode & 0o777 == 0o600
+        wait_until(lambda: running_operators(app_id) >= 4, timeout=60, what="operators ACTIVE")
+        for method, path in PATHS:
+            body = b'{"count": 3}' if method != "GET" else None
+            for headers in ({}, {"Authorization": "Bearer " + "0" * len(token)}):
+                status, text = http(base + path, method, headers, body)
+                assert status == 401, (method, path, headers, status, text[:200])
+                assert "error" in json.loads(text)
+            if method != "GET":
+                status, _ = http(base + path, method, {"Authorization": f"Bearer {token}",
+                                                       "Origin": "http://evil.example",
+                                                       "Content-Type": "application/json"}, body)
+                assert status == 403, (method, path, status)
+        # the console's page is a fixed file anyone may load: no application data in it
+        status, text = http(base + "/")
+        assert status == 200 and app_id.encode() not in text and b"wordcount" not in text
+        status, text = http(base + "/ws/v2/stram/info", headers={"Authorization": f"Bearer {token}"})
+        assert status == 200 and json.loads(text)["state"] == "RUNNING"
+        # no process of the application carries the token in its environment or command line
+        seen, leaks = secrets_in_processes(app_id, token)
+        assert seen >= 3 and not leaks, leaks                            # supervisor, master, containers
+        # the admin API, the umbilical and the buffer servers listen on the loopback only
+        listening = [(p.pid, c.laddr) for p in app_processes(app_id) for c in p.net_connections("inet")
+                     if c.status == psutil.CONN_LISTEN]
+        loopback = ("127.0.0.1", "::ffff:127.0.0.1", "::1")
+        assert len(listening) >= 3 and all(addr.ip in loopback for _, addr in listening), listening
+        final = wait_final(app_id, timeout=180)
+    finally:
+        if final is None and (admin(app_id, "info") or {}).get("state") == "RUNNING":
+            subprocess.run([sys.executable, "-m", "scripts.cli", "kill-app", app_id], cwd=ROOT, timeout=60)
+    assert final["state"] == "SUCCEEDED", final
+    sums, maxima, _ = read_counts(out)
+    truth = word_truth(WORDS)
+    assert sums == truth and maxima == dict(truth)
+    # everything under APP_PATH is its owner's only
+    modes = {}
+    for root, dirs, files in os.walk(app_path):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            modes[os.path.relpath(path, app_path)] = os.lstat(path).st_mode
+    assert stat.S_IMODE(os.stat(app_path).st_mode) == 0o700
+    assert any(p.startswith("checkpoints/") for p in modes) and "journal/snapshot" in modes
+    wrong = {p: oct(stat.S_IMODE(m)) for p, m in modes.items()
+             if stat.S_IMODE(m) != (0o700 if stat.S_ISDIR(m) else 0o600)}
+    assert not wrong, wrong
