@@ -24,6 +24,7 @@ installed PySpark (4.3.0).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import subprocess
@@ -136,12 +137,46 @@ streams:
             "rate": n / span if span > 0 else float("inf")}
 
 
+def run_spark(ck: Any, servers: str, n: int, in_topic: str, cores: int) -> dict[str, Any]:
+    """The same pipeline in Spark Structured Streaming (bench/spark_kafka.py, in its own process)."""
+    out_topic = f"bench-out-{uuid.uuid4().hex[:6]}"
+    create_topic(ck, servers, out_topic, 2)
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "bench.spark_kafka", "--servers", servers, "--input", in_topic,
+                           "--output", out_topic, "--cores", str(cores)], cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True)
+    wall = time.monotonic() - started
+    if proc.returncode != 0:
+        sys.exit(f"spark: the Structured Streaming job failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+    times = json.loads(proc.stdout.strip().splitlines()[-1])
+    values, stamps = read_back(ck, servers, out_topic)
+    want = {f"record {i:09d} of the kafka benchmark!".encode() for i in range(n)}
+    if len(values) != n or set(values) != want:
+        sys.exit(f"spark: {len(values)} records out ({len(set(values))} distinct, "
+                 f"{len(set(values) - want)} unexpected), expected each of {n} exactly once")
+    span = (max(stamps) - min(stamps)) / 1000 if stamps else 0.0
+    return {"mode": "spark", "records": n, "out": len(values), "wall_s": wall, "span_s": span,
+            "rate": n / span if span > 0 else float("inf"), **times}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--partitions", type=int, default=2, help="KafkaInput partitions (default 2)")
-    ap.add_argument("--mode", choices=["exactly_once", "at_least_once", "both"], default="both")
+    ap.add_argument("--mode", choices=["exactly_once", "at_least_once", "both"], default="both",
+                    help="stram's processing mode(s) (default both)")
+    ap.add_argument("--systems", default="stram,spark", help="which to run, comma-separated (default stram,spark)")
+    ap.add_argument("--spark-cores", type=int, default=2, help="Spark's local[N] (default 2)")
+    ap.add_argument("--setup", action="store_true", help="only fetch Spark's Kafka connector jars, then exit")
     args = ap.parse_args()
+    systems = [x.strip() for x in args.systems.split(",") if x.strip()]
+    if not systems or set(systems) - {"stram", "spark"}:
+        ap.error(f"--systems takes stram and/or spark, not {args.systems!r}")
+    if args.setup or "spark" in systems:
+        from bench.spark_kafka import ensure_jars
+        ensure_jars()
+        if args.setup:
+            return 0
     import confluent_kafka as ck
     state = tempfile.mkdtemp(prefix="bench-kafka-")
     servers = start_broker(state)
@@ -151,16 +186,26 @@ def main() -> int:
         t = time.monotonic()
         produce(ck, servers, in_topic, args.records)
         print(f"produced {args.records} records to {in_topic} (4 partitions) in {time.monotonic() - t:.1f}s")
-        modes = ["AT_LEAST_ONCE", "EXACTLY_ONCE"] if args.mode == "both" else [args.mode.upper()]
-        for mode in modes:
-            r = run(ck, servers, mode, args.records, args.partitions, in_topic)
-            print(f"{r['mode']:>14}: {r['rate']:>9,.0f} records/s (first to last output record {r['span_s']:.1f}s; "
-                  f"stram launch {r['wall_s']:.1f}s with start-up; {r['out']} records out)")
+        results = []
+        if "stram" in systems:
+            modes = ["AT_LEAST_ONCE", "EXACTLY_ONCE"] if args.mode == "both" else [args.mode.upper()]
+            for mode in modes:
+                r = run(ck, servers, mode, args.records, args.partitions, in_topic)
+                results.append(r)
+                print(f"{r['mode']:>14}: {r['rate']:>9,.0f} records/s (first to last output record "
+                      f"{r['span_s']:.1f}s; stram launch {r['wall_s']:.1f}s with start-up; {r['out']} records out)")
+        if "spark" in systems:
+            s = run_spark(ck, servers, args.records, in_topic, args.spark_cores)
+            print(f"{'spark':>14}: {s['rate']:>9,.0f} records/s (first to last output record {s['span_s']:.1f}s; "
+                  f"job {s['wall_s']:.1f}s with start-up: session {s['session_s']:.1f}s, availableNow query "
+                  f"{s['query_s']:.1f}s; {s['out']} records out, each exactly once)")
+            for r in results:
+                print(f"{'stram/spark':>14}: {r['mode']}: rate x{r['rate'] / s['rate']:.2f}, "
+                      f"wall time with start-up x{r['wall_s'] / s['wall_s']:.2f}")
         print("command: python bench/bench_kafka.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
     finally:
         stop_broker(state)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
