@@ -1,8 +1,9 @@
-"""Benchmark: records/s through KafkaInput → a trivial operator → KafkaOutput, on a real broker.
+"""Benchmark: records/s through KafkaInput → a trivial operator → KafkaOutput, on a real broker, beside Spark.
 
 Run on demand (not a test)::
 
     python bench/bench_kafka.py [--records 200000] [--partitions 2] [--mode both]
+                                [--systems stram,spark] [--spark-cores 2] [--setup]
 
 It starts its own broker (``./scripts/kafka start`` in a private state
 directory; stopped at the end), produces ``--records`` records of about 40
@@ -16,9 +17,25 @@ that every record came out (exactly once in EXACTLY_ONCE, at least once otherwis
 In AT_LEAST_ONCE the records are produced as they arrive, so the span is the
 pipeline's; in EXACTLY_ONCE they are produced when their window is committed,
 in a few large transactions, so the span is mostly the publishing's and the
-launch's wall time says more. The Spark Structured Streaming comparison of the
-issue is not here: Maven Central did not serve spark-sql-kafka-0-10 for the
-installed PySpark (4.3.0).
+launch's wall time says more.
+
+Then, from the same input topic on the same broker, the same pipeline in Spark
+Structured Streaming (bench/spark_kafka.py, in its own process, ``local[N]``
+with N = ``--spark-cores``): Spark's Kafka source from the earliest offsets,
+``value`` + ``"!"``, Spark's Kafka sink to a new 2-partition topic,
+``trigger(availableNow=True)``. The output is checked exact (every expected
+value once, nothing else) and measured the same way; the job's wall time
+(start-up included) is split into the session's start and the query's run.
+Last come the ratios stram / Spark of the rates and of the wall times, per
+stram mode.
+
+PySpark has no Kafka connector of its own: the first run (or ``--setup``)
+fetches spark-sql-kafka-0-10, spark-token-provider-kafka-0-10, kafka-clients
+and commons-pool2 with Maven (scripts/spark-kafka-jvm/pom.xml) into
+``~/.cache/stram/spark-kafka-<version>/jars`` and passes them as
+``spark.jars``. Maven Central serves no spark-sql-kafka-0-10 4.3.0 for the
+installed PySpark 4.3.0, so the connector is 4.2.0; it runs on PySpark 4.3.0
+for this job without an error.
 """
 
 from __future__ import annotations
