@@ -44,6 +44,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -222,6 +223,7 @@ def main() -> int:
         print("command: python bench/bench_kafka.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
     finally:
         stop_broker(state)
+        shutil.rmtree(state, ignore_errors=True)
     return 0
 
 if __name__ == "__main__":
