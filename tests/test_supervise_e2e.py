@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from appmaster import apps as stram_apps
+from appmaster import journallog
 from conftest import ROOT, read_counts, word_truth
 from e2ekit import agent_pid, app_processes, launch_detached, running_operators, wait_final, wait_until
 
@@ -125,7 +126,7 @@ def test_restarted_master_leaves_processes_that_reuse_its_containers_pids_alone(
     try:
         kill_master(app_id)
         journal_path = os.path.join(app_dir(app_id), "journal", "snapshot")
-        doc = json.load(open(journal_path))
+        doc = journallog.read_journal(app_dir(app_id))  # the snapshot with its log replayed
         containers = [c for c in doc["plan"]["containers"] if c["state"] in ("PENDING", "RUNNING")]
         assert containers and all(c["pid"] and c["process_started"] for c in containers), containers
         for c in containers:
@@ -135,8 +136,11 @@ def test_restarted_master_leaves_processes_that_reuse_its_containers_pids_alone(
             sleeper = subprocess.Popen(["sleep", "120"])
             sleepers.append(sleeper)
             c["pid"] = sleeper.pid  # the start time stays the container's: another process now
-        with open(journal_path, "w") as f:
+        with open(journal_path, "w") as f:  # the whole journal as one snapshot, without a log
             json.dump(doc, f)
+        log = journallog.log_uri(app_dir(app_id), doc["log_generation"])
+        if os.path.exists(log):
+            os.remove(log)
         os.kill(supervisor, signal.SIGCONT)
         app = wait_final(app_id, timeout=180)
         assert app["state"] == "SUCCEEDED", app
