@@ -114,7 +114,8 @@ def test_exactly_once_across_a_broker_restart(on_kafka):
     for name in os.listdir(os.path.join(app["app_path"], "logs")):
         logs += open(os.path.join(app["app_path"], "logs", name), errors="replace").read()
     assert "waiting for the Kafka broker at" in logs
-    assert "answers again after" in logs
+    # "answers again" is not asserted: librdkafka prefetches records, so a reader may notice the
+    # outage only at its end-of-run offset commit and end before the broker is back in sight
     master = open(os.path.join(app["app_path"], "logs", "master.log")).read()
     assert "blocked:" not in master  # the operators waited; none was taken for blocked and restarted
     check_output(kafka, out_topic, truth_of(lines))

@@ -194,7 +194,9 @@ def test_admin_api_on_yarn_lets_in_the_token_and_the_proxy_only(on_minicluster, 
         token = read_token(app_id, yarn=True)
         assert token
         with yarn.connect() as client:
-            direct = yarn.direct_admin_url(app_id, client)
+            # None until Skein's web UI lists the master's page (and while Skein's gRPC is busy)
+            direct = wait_until(lambda: yarn.direct_admin_url(app_id, client), timeout=120, interval=2,
+                                what="the master's own admin URL")
             proxied = yarn.admin_url_for(app_id, client)
         assert direct and not direct.startswith("http://0.0.0.0"), direct
         info = direct + "/ws/v2/stram/info"
