@@ -175,13 +175,15 @@ class JournalWriter:
 
     def _snapshot(self, state: Any) -> int:
         generation = self.generation + 1
-        fs.delete(log_uri(self.app_path, generation))  # a stale one (never the snapshot's)
+        local = self._local()  # elsewhere no log is ever written: nothing to delete
+        if local:
+            fs.delete(log_uri(self.app_path, generation))  # a stale one (never the snapshot's)
         doc = state.snapshot()
         doc["log_generation"] = generation
         data = journal.encode(doc)
         fs.write_atomic(journal.journal_uri(self.app_path), data)
         self._close()
-        if self.generation:
+        if self.generation and local:
             try:
                 fs.delete(log_uri(self.app_path, self.generation))
             except OSError:

@@ -30,17 +30,12 @@ from typing import Iterator
 
 import pytest
 
+from needs import missing
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "minicluster"
 #: Seconds to wait for the cluster (the first start also fetches the jars and builds libhdfs).
 START_TIMEOUT = float(os.environ.get("STRAM_TEST_MINICLUSTER_TIMEOUT", "500"))
-
-
-def unavailable(reason: str) -> None:
-    """Skip the test, or fail it under CI (CI=true must run every YARN/HDFS test for real)."""
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(f"the mini Hadoop cluster is needed and CI=true: {reason}", pytrace=False)
-    pytest.skip(f"no mini Hadoop cluster: {reason}")
 
 
 def _parse_exports(text: str) -> dict[str, str]:
@@ -144,8 +139,8 @@ def _processes_with_marker(state: pathlib.Path) -> list[str]:
 def minicluster(tmp_path_factory) -> Iterator[MiniCluster]:
     """HDFS + YARN for the whole session (started on first use), stopped at its end."""
     if not os.environ.get("JAVA_HOME") and shutil.which("java") is None:
-        unavailable("Java is not installed (the cluster and skein's driver are JVMs): "
-                    "apt-get install openjdk-17-jdk-headless")
+        missing("the mini Hadoop cluster", "Java is not installed (the cluster and skein's driver are JVMs): "
+                "apt-get install openjdk-17-jdk-headless")
     state = tmp_path_factory.mktemp("minicluster")
     env = dict(os.environ, STRAM_MINICLUSTER_DIR=str(state))
     for var in ("HADOOP_CONF_DIR", "YARN_CONF_DIR", "CLASSPATH", "HADOOP_HOME"):
@@ -156,11 +151,11 @@ def minicluster(tmp_path_factory) -> Iterator[MiniCluster]:
                               env=env, capture_output=True, text=True, timeout=START_TIMEOUT + 600)
     except subprocess.TimeoutExpired as exc:
         subprocess.run([sys.executable, str(SCRIPT), "stop"], env=env, capture_output=True, timeout=120)
-        unavailable(f"./scripts/minicluster start did not finish: {exc}")
+        missing("the mini Hadoop cluster", f"./scripts/minicluster start did not finish: {exc}")
     elapsed = time.monotonic() - started
     if proc.returncode != 0:
         subprocess.run([sys.executable, str(SCRIPT), "stop"], env=env, capture_output=True, timeout=120)
-        unavailable(f"./scripts/minicluster start failed:\n{proc.stderr.strip()[-3000:]}")
+        missing("the mini Hadoop cluster", f"./scripts/minicluster start failed:\n{proc.stderr.strip()[-3000:]}")
     sys.stderr.write(proc.stderr)
     cluster = MiniCluster(state, _parse_exports(proc.stdout), elapsed)
     try:

@@ -23,16 +23,11 @@ from typing import Any, Iterator
 
 import pytest
 
+from needs import missing
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "kafka"
 START_TIMEOUT = float(os.environ.get("STRAM_TEST_KAFKA_TIMEOUT", "300"))
-
-
-def unavailable(reason: str) -> None:
-    """Skip the test, or fail it under CI (CI=true must run every Kafka test for real)."""
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(f"a Kafka broker is needed and CI=true: {reason}", pytrace=False)
-    pytest.skip(f"no Kafka broker: {reason}")
 
 
 class Broker:
@@ -134,9 +129,10 @@ def kafka(tmp_path_factory) -> Iterator[Broker]:
     try:
         import confluent_kafka  # noqa: F401
     except ImportError:
-        unavailable("the confluent-kafka package is not installed: pip install -e '.[test]'")
+        missing("a Kafka broker", "the confluent-kafka package is not installed: pip install -e '.[test]'")
     if not os.environ.get("JAVA_HOME") and shutil.which("java") is None:
-        unavailable("Java is not installed (the broker is a JVM): apt-get install openjdk-17-jdk-headless")
+        missing("a Kafka broker",
+                "Java is not installed (the broker is a JVM): apt-get install openjdk-17-jdk-headless")
     state = tmp_path_factory.mktemp("kafka")
     env = dict(os.environ, STRAM_KAFKA_DIR=str(state))
     try:
@@ -144,10 +140,10 @@ def kafka(tmp_path_factory) -> Iterator[Broker]:
                               env=env, capture_output=True, text=True, timeout=START_TIMEOUT + 600)
     except subprocess.TimeoutExpired as exc:
         subprocess.run([sys.executable, str(SCRIPT), "stop"], env=env, capture_output=True, timeout=120)
-        unavailable(f"./scripts/kafka start did not finish: {exc}")
+        missing("a Kafka broker", f"./scripts/kafka start did not finish: {exc}")
     if proc.returncode != 0:
         subprocess.run([sys.executable, str(SCRIPT), "stop"], env=env, capture_output=True, timeout=120)
-        unavailable(f"./scripts/kafka start failed:\n{proc.stderr.strip()[-3000:]}")
+        missing("a Kafka broker", f"./scripts/kafka start failed:\n{proc.stderr.strip()[-3000:]}")
     sys.stderr.write(proc.stderr)
     servers = proc.stdout.strip().splitlines()[-1].split("=", 1)[1]
     broker = None

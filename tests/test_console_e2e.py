@@ -29,6 +29,7 @@ import pytest
 from appmaster import apps as stram_apps
 from conftest import ROOT, read_counts, word_truth
 from e2ekit import admin, launch_detached, wait_final, wait_until
+from needs import missing
 
 pytestmark = pytest.mark.slow
 
@@ -37,22 +38,18 @@ WORDS = ROOT / "specs" / "data" / "words.txt"
 XSS_NAME = "<script>alert(1)</script><img src=x onerror=alert(2)>"
 
 
-def _missing(why: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"the console's browser tests cannot run without {why}")
-    pytest.skip(f"the console's browser tests need {why}")
-
-
 @pytest.fixture(scope="module")
 def chromium():
     """A headless Chromium (the system's), through Playwright."""
     executable = os.environ.get("STRAM_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
     if not executable:
-        _missing("Debian's `chromium` (apt-get install chromium; ./scripts/test installs it as root)")
+        missing("headless Chromium for the console's browser tests",
+                "Debian's `chromium` (apt-get install chromium; ./scripts/test installs it as root)")
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        _missing("Playwright for Python (pip install -e '.[test]')")
+        missing("headless Chromium for the console's browser tests",
+                "Playwright for Python (pip install -e '.[test]')")
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=executable, headless=True,
                                     args=["--no-sandbox", "--disable-dev-shm-usage"])
