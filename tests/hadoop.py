@@ -179,6 +179,15 @@ def on_minicluster(minicluster, monkeypatch, tmp_path_factory) -> MiniCluster:
     monkeypatch.setenv("CLASSPATH", minicluster.classpath)
     monkeypatch.setenv("ARROW_LIBHDFS_DIR", str(minicluster.hadoop_home / "lib" / "native"))
     monkeypatch.setenv("SKEIN_CONFIG", str(tmp_path_factory.getbasetemp() / "skein"))
+    if "skein.core" in sys.modules:
+        # skein reads SKEIN_CONFIG once, at import: a test that imported it earlier left this process
+        # with other credentials than the stram commands it starts, and its TLS to their application
+        # masters fails (CERTIFICATE_VERIFY_FAILED)
+        import skein
+        import skein.core
+        fresh = skein.core.Properties()
+        monkeypatch.setattr(skein.core, "properties", fresh)
+        monkeypatch.setattr(skein, "properties", fresh)
     # every stram command on YARN starts skein's Java driver: C1 and one GC thread start it
     # about twice as fast on a small, busy machine
     monkeypatch.setenv("SKEIN_DRIVER_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")

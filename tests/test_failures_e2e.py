@@ -8,6 +8,7 @@ forever; the progress line and get-app-info show the failure as it happens.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -82,7 +83,11 @@ def test_an_operator_raising_on_one_line_fails_the_application_not_restarting_fo
            "ValueError: cannot split line 'the men selected for shipkeepers" in diagnostics
     assert "Traceback (most recent call last):" in diagnostics and "in process_input" in diagnostics
     assert cli.main(["wait", app_id, "--timeout", "10"]) == 1
-    assert "failed split (2x" in get_app_info(app_id)
+    # the same error after the same window: usually the second failure; on a busy machine the first
+    # restart can reach the bad line in another window than the first attempt did (the reader has no
+    # lines_per_window: a window holds what the time allows), and then a third failure is the one seen twice
+    failed = re.search(r"failed split \((\d+)x", get_app_info(app_id))
+    assert failed and int(failed.group(1)) >= 2, get_app_info(app_id)
 
 
 def test_the_progress_line_shows_the_failure_while_it_restarts(tmp_path):
