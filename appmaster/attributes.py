@@ -253,6 +253,11 @@ ATTRIBUTES: dict[str, Attribute] = _table(
          "Seconds a write that fails for want of space (ENOSPC, EDQUOT, an HDFS quota: the journal, "
          "status, checkpoints, the built-in outputs) is retried while the application pauses and says "
          "why; then the application fails with that diagnostic.", _DAG, minimum=1),
+    _int("END_TIMEOUT_SECS", 600,
+         "Seconds the master waits, once the application ended, for containers still ending their "
+         "operators (an output making its last committed windows final; they say so in heartbeats). "
+         "A container stopped while still ending makes a SUCCEEDED application FAILED, naming it.",
+         _DAG, minimum=1),
     Attribute("BUFFER_SPOOLING", Kind.BOOL, True,
               "Spill buffer-server windows to local disk beyond BUFFER_MEMORY_MB "
               "(false: block the publisher).", _DAG),

@@ -124,6 +124,8 @@ class ContainersStopped(MasterEvent):
     """After the end, the launcher stopped every container still running."""
 
     now: int
+    #: The containers that were still running (and had to be stopped).
+    stopped: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -445,15 +445,21 @@ class AppMaster(AddressFiles):
         self.stop()
         return final.state
 
-    def _wait_for_containers(self, grace: float = 30.0) -> None:
+    def _wait_for_containers(self, grace: float | None = None) -> None:
         """After the end: containers get ``shutdown`` in their heartbeat and exit; then force.
 
         An agent exits only after it carried out its last heartbeat response,
-        committed window included: the exit of every container process is the
-        agents' confirmation that every output made its last window final.
+        committed window included, and undeployed its operators: the exit of every
+        container process is the agents' confirmation that every output made its
+        last window final. A container is given ``grace`` seconds (default:
+        HEARTBEAT_TIMEOUT_MILLIS), and more while it heartbeats ``ending`` (an output
+        still publishing), up to END_TIMEOUT_SECS (:mod:`appmaster.ending`).
         Released containers (empty, told to shut down earlier) count too.
         """
-        deadline = time.monotonic() + grace
+        if grace is None:
+            grace = float(self.state.attr("HEARTBEAT_TIMEOUT_MILLIS")) / 1000
+        started = time.monotonic()
+        deadline = started + float(self.state.attr("END_TIMEOUT_SECS"))
         while time.monotonic() < deadline:
             self._pending_exits += self.launcher.poll()
             while self._pending_exits:
@@ -466,13 +472,25 @@ class AppMaster(AddressFiles):
             with self.lock:
                 if not self.state.containers_to_stop() and not self.launcher.running():
                     break
+                if time.monotonic() - started > grace and not self._still_ending(grace):
+                    break
             time.sleep(0.1)
         left = self.launcher.running()
         if left:
-            log.warning("containers %s did not exit within %.0f s of the end; stopping them", left, grace)
+            log.warning("containers %s did not exit within %.0f s of the end; stopping them", left,
+                        time.monotonic() - started)
         self.launcher.stop_all(grace=2.0)
-        self.dispatch(ContainersStopped(_now()))
+        self.dispatch(ContainersStopped(_now(), tuple(left)))
         self.finished.set()
+
+    def _still_ending(self, grace: float) -> bool:
+        """Whether a running container said, less than ``grace`` s ago, that it still ends operators."""
+        now = _now()
+        for cid in self.launcher.running():
+            container = self.state.plan.containers.get(cid)
+            if container is not None and container.ending and now - container.last_heartbeat_millis < grace * 1000:
+                return True
+        return False
 
     def request_kill(self) -> None:
         """Kill the application (from a signal or the admin API)."""

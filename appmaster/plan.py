@@ -141,6 +141,8 @@ class PTContainer(Tracked):
     #: The agent's buffer-server publishers as last reported: name -> memory_bytes,
     #: spilled_bytes, windows, first_window, last_window.
     publishers: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: After the end: the operators its last heartbeat said were still ending ("name (id)").
+    ending: list[str] = field(default_factory=list)
 
 
 #: The committed window follows operators only (a container's state is not an operator's).

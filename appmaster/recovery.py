@@ -307,4 +307,6 @@ class Recovery:
             op = self.plan.operators.get(op_id)
             if op is not None:
                 op.last_error = msg
+        if self.state != "RUNNING":
+            self._error_after_end(container_id, list(operators), msg, now)
         return []  # recovery follows the FAILED state in the next heartbeat

@@ -27,10 +27,12 @@ from typing import Any, Callable
 
 import proto
 from appmaster import journal, scaling
+from appmaster.attributes import default as attribute_default
 from appmaster.deploy import DAG_ATTRIBUTES, DeployMessages
 from appmaster.changes import touch
 from appmaster.committed import CommittedWindow
 from appmaster.diagnose import Diagnose
+from appmaster.ending import Ending
 from appmaster.events import (AdoptContainers, ContainerExited, ContainerStarted, ContainersStopped, DiskFull,
                               ErrorReport, Heartbeat, InitContextRequest, KillApp, KillContainerRequest,
                               MasterEvent, Note, Resumed, ScaleRequest, ScaleStatesWritten, ShutdownRequest,
@@ -68,7 +70,7 @@ class LogEntry:
     text: str
 
 
-class MasterState(DeployMessages, Recovery, Diagnose, StateReports):
+class MasterState(DeployMessages, Recovery, Diagnose, StateReports, Ending):
     """All of the master's bookkeeping for one application.
 
     Parameters
@@ -241,7 +243,8 @@ class MasterState(DeployMessages, Recovery, Diagnose, StateReports):
 
     # ------------------------------------------------------------ helpers
     def attr(self, name: str) -> Any:
-        return self.attributes.get(name)
+        """A DAG attribute; its default for one an older master's journal does not hold."""
+        return self.attributes[name] if name in self.attributes else attribute_default(name)
 
     def _note(self, now: int, kind: str, text: str) -> None:
         """Add a line to the event log (from outside: the Note event)."""
@@ -279,6 +282,8 @@ class MasterState(DeployMessages, Recovery, Diagnose, StateReports):
         # a process that is not the one launched as this container (one an earlier master attempt
         # started but never recorded) must not speak for it: what it omits would leave the plan
         impostor = bool(container and container.pid and hb.jvm_name and hb.jvm_name.split("@")[0] != str(container.pid))
+        if hb.ending and container is not None and not impostor:
+            return self._ending_heartbeat(container, hb, now)
         if container is None or container.state in GONE or impostor:
             if container is None or impostor:
                 log.warning("heartbeat from %s container %r (%s, %s): told to shut down",
@@ -529,13 +534,6 @@ class MasterState(DeployMessages, Recovery, Diagnose, StateReports):
         self._finish("KILLED", "killed by request", ev.now)
         return [KillContainer(c.id, "application killed") for c in self.plan.containers.values()
                 if c.state in ALIVE] + self._maybe_finish(force=True)
-
-    def _handle_containers_stopped(self, ev: ContainersStopped) -> list[Instruction]:
-        """After the end: the launcher stopped what was left; Finish (once)."""
-        for container in self.plan.containers.values():
-            if container.state in ALIVE:
-                container.state = ContainerState.RELEASED
-        return self._maybe_finish(force=True)
 
     def _handle_note(self, ev: Note) -> list[Instruction]:
         self._note(ev.now, ev.kind, ev.text)

@@ -106,8 +106,8 @@ class Umbilical:
             self.channel = grpc.insecure_channel(address)
             self.stub = proto.StreamingContainerUmbilicalStub(self.channel)
 
-    def call(self, method: str, request: Any) -> Any:
-        return getattr(self.stub, method)(request, metadata=self.metadata, timeout=self.timeout)
+    def call(self, method: str, request: Any, timeout: float | None = None) -> Any:
+        return getattr(self.stub, method)(request, metadata=self.metadata, timeout=timeout or self.timeout)
 
 
 class Agent:
@@ -126,6 +126,10 @@ class Agent:
         self.finished: dict[int, Node] = {}
         #: Operators whose deploy failed: reported FAILED once, then forgotten.
         self.failed_deploys: dict[int, str] = {}
+        #: Operators being undeployed (their teardown runs): id -> "name (id)".
+        self._ending: dict[int, str] = {}
+        #: Threads running the teardowns of undeployed operators.
+        self._teardowns: dict[int, threading.Thread] = {}
         #: Operators whose SHUTDOWN the last heartbeat carried.
         self._reported_shutdown: set[int] = set()
         #: Last windows of upstream operators, for operators reading their inputs themselves.
@@ -175,8 +179,32 @@ class Agent:
                     self._wake.wait(max(0.0, self._next_interval() - (time.monotonic() - started)))
                     self._wake.clear()
         finally:
-            self.shutdown()
+            self._close()
         return 0
+
+    def _close(self) -> None:
+        """Undeploy every operator before the process exits, heartbeating ``ending`` meanwhile.
+
+        Teardowns may take long (an output whose broker is away makes its last committed
+        windows final): the heartbeats tell the master this container still works on the
+        end, so it waits for it instead of stopping it after a fixed grace. They are single
+        tries: a master that is gone does not delay the exit.
+        """
+        closer = threading.Thread(target=self.shutdown, name="closing", daemon=True)
+        closer.start()
+        while True:
+            closer.join(self.interval)
+            if not closer.is_alive():
+                break
+            ending = sorted(self._ending.copy().values())  # the closing thread changes it
+            if not ending or self.umbilical.stub is None:
+                continue
+            try:
+                self.umbilical.call("ProcessHeartbeat", proto.ContainerHeartbeat(
+                    container_id=self.container_id, jvm_name=f"{os.getpid()}@{socket.gethostname()}",
+                    sent_millis=int(time.time() * 1000), ending=ending), timeout=max(self.interval, 1.0))
+            except grpc.RpcError as exc:
+                log.debug("heartbeat while ending %s: %s", ending, exc.code())
 
     def _next_interval(self) -> float:
         """Seconds to the next heartbeat: short for a few seconds once no operator is left running.
@@ -367,15 +395,43 @@ class Agent:
             self.report_error([node.id], f"{getattr(fn, '__name__', fn)}: {exc!r}")
 
     def _undeploy(self, op_id: int) -> None:
+        """Stop an operator's thread and inputs now; its teardown runs on a thread of its own.
+
+        A teardown may take long (an output publishing its last committed windows):
+        heartbeats go on meanwhile, and while the agent exits they say which
+        operators are still ending (``ending``, see :meth:`_close`).
+        """
         node = self.nodes.pop(op_id, None) or self.finished.pop(op_id, None)
         if node is None:
             return
-        node.stop()
-        self.log(f"undeployed operator {op_id} ({node.name})")
+        node.stop(teardown=False)  # nothing it does reaches a stream after this
+        self._await_teardown(op_id)
+        self._ending[op_id] = f"{node.name} ({op_id})"
+        thread = threading.Thread(target=self._tear_down, args=(node,), name=f"teardown-{op_id}", daemon=True)
+        self._teardowns[op_id] = thread
+        thread.start()
+
+    def _tear_down(self, node: Node) -> None:
+        try:
+            node.tear_down()
+        finally:
+            self._ending.pop(node.id, None)
+        if node.teardown_error is not None:
+            exc = node.teardown_error
+            self.report_error([node.id], f"teardown of {node.name} failed: {type(exc).__name__}: {exc}")
+        self.log(f"undeployed operator {node.id} ({node.name})")
+
+    def _await_teardown(self, op_id: int) -> None:
+        """Wait for the teardown of an earlier instance of ``op_id`` (redeployed in place)."""
+        thread = self._teardowns.pop(op_id, None)
+        if thread is not None:
+            thread.join()
 
     def shutdown(self) -> None:
         for op_id in list(self.nodes) + list(self.finished):
             self._undeploy(op_id)
+        for op_id in list(self._teardowns):
+            self._await_teardown(op_id)
         if self.buffer_server is not None:
             self.buffer_server.stop()
             self.buffer_server = None
@@ -392,6 +448,7 @@ class Agent:
             if not infos:
                 return
         for info in infos:
+            self._await_teardown(info.id)  # the instance it replaces has finished its teardown
             try:
                 created.append(self._create(info))
             except Exception as exc:  # noqa: BLE001 - operator construction is user code

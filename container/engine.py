@@ -267,6 +267,8 @@ class Node:
         self.state = NodeState.ACTIVE
         self.error = ""
         self.fatal = False
+        #: What the operator's ``teardown`` raised (the agent reports it), or None.
+        self.teardown_error: Exception | None = None
         #: last window finished (end_window done)
         self.current_window = checkpoint_window
         self.last_checkpoint = checkpoint_window
@@ -322,7 +324,9 @@ class Node:
                                        name=f"op-{self.id}-{self.name}")
         self.thread.start()
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def stop(self, timeout: float = 5.0, teardown: bool = True) -> None:
+        """End the operator's thread and inputs; then its ``teardown`` (unless ``teardown`` is
+        False: the caller runs :meth:`tear_down` itself, as the agent does on another thread)."""
         self._stop = True
         if self.thread is not None:
             try:
@@ -332,6 +336,11 @@ class Node:
             self.thread.join(timeout)
         for sub in self.remote_inputs:
             sub.close()
+        if teardown:
+            self._teardown()
+
+    def tear_down(self) -> None:
+        """The operator's ``teardown`` (once); what it raised is kept in :attr:`teardown_error`."""
         self._teardown()
 
     def _setup(self) -> None:
@@ -343,8 +352,9 @@ class Node:
         self._torn_down = True
         try:
             self.operator.teardown()
-        except Exception:  # noqa: BLE001 - teardown errors are logged, not fatal
+        except Exception as exc:  # noqa: BLE001 - logged, and reported by the agent (teardown_error)
             log.exception("teardown of operator %s failed", self.id)
+            self.teardown_error = exc
 
     def _guard(self, target: Callable[[], None]) -> None:
         try:

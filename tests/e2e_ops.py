@@ -90,6 +90,31 @@ class SlowFinalOutput(JsonLinesOutput):
         super().committed(window_id)
 
 
+class LateFinalOutput(JsonLinesOutput):
+    """JsonLinesOutput that makes committed windows final only in its teardown, ``delay`` s long
+    (like an output whose sink is away at the end), or fails there (``fail``)."""
+
+    delay: float = 0.0
+    fail: bool = False
+    transient = JsonLinesOutput.transient + ("_committed",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._committed = -1
+
+    def committed(self, window_id: int) -> None:
+        self._committed = max(self._committed, window_id)
+
+    def teardown(self) -> None:
+        deadline = time.monotonic() + self.delay
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+        if self.fail:
+            raise OSError("the sink refused the last windows")
+        super().committed(self._committed)
+        super().teardown()
+
+
 class PickySplitter(Operator):
     """Splits lines into words like WordSplitter, but raises on the one line containing ``bad``."""
 

@@ -7,9 +7,12 @@ committed); the end-to-end runs are in tests/test_kafka_e2e.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pickle
 import socket
+import threading
+import time
 import uuid
 
 import pytest
@@ -194,6 +197,54 @@ def test_exactly_once_output_publishes_committed_windows_once_across_recovery(ka
                                                       (3, 0), (3, 1)]
     # the uncommitted (aborted or never committed) records are there for read_uncommitted readers only
     assert len(kafka.read_all(topic, committed_only=False, idle_seconds=1)) >= len(rows)
+
+
+@contextlib.contextmanager
+def broker_away(kafka, seconds: float):
+    """The broker stops (now, when this returns), stays away ``seconds``, and starts again on the same
+    port; leaving the block waits until it is back."""
+    host, port = kafka.servers.split(",")[0].rsplit(":", 1)
+
+    def answers() -> bool:
+        try:
+            socket.create_connection((host, int(port)), timeout=1).close()
+            return True
+        except OSError:
+            return False
+    failed: list[BaseException] = []
+
+    def restart() -> None:
+        try:
+            kafka.restart(down_seconds=seconds)
+        except BaseException as exc:  # noqa: BLE001 - raised in the test's thread below
+            failed.append(exc)
+    thread = threading.Thread(target=restart, daemon=True)
+    thread.start()
+    wait_until(lambda: failed or not answers(), timeout=120, interval=0.2, what="the broker to stop")
+    assert not failed, failed[0]
+    try:
+        yield
+    finally:
+        thread.join(600)
+    assert not failed, failed[0]
+
+
+def test_exactly_once_teardown_publishes_the_last_committed_windows_when_the_broker_is_back(kafka):
+    """The end of a run with the broker away: teardown waits for it, and every committed window goes out once."""
+    topic = kafka.new_topic("out")
+    out = KafkaOutput()
+    out.bootstrap_servers, out.topic, out.timeout_seconds = kafka.servers, topic, 600
+    out.setup(ctx("out", mode="EXACTLY_ONCE", app=f"app-{uuid.uuid4().hex[:6]}"))
+    _window(out, 1, [{"w": 1, "i": i} for i in range(3)])
+    _window(out, 2, [{"w": 2, "i": i} for i in range(2)])
+    with broker_away(kafka, 8):
+        out.committed(2)
+        started = time.monotonic()
+        out.teardown()  # returns once both windows are published
+        waited = time.monotonic() - started
+    assert waited > 3 and out._published == 2
+    rows = [json.loads(m.value()) for m in kafka.read_all(topic, idle_seconds=1)]
+    assert sorted((r["w"], r["i"]) for r in rows) == [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1)]
 
 
 def test_at_least_once_output_delivers_each_window_at_its_end(kafka):

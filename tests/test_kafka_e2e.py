@@ -95,9 +95,6 @@ def test_exactly_once_with_containers_killed_three_times(on_kafka):
     check_output(kafka, out_topic, truth_of(lines))
 
 
-@pytest.mark.xfail(strict=False, reason="known gap, issue 17 open: when the broker is still away as a bounded run "
-                   "ends, KafkaOutput's teardown cannot publish its last committed windows before the master ends "
-                   "the application SUCCEEDED")
 def test_exactly_once_across_a_broker_restart(on_kafka):
     kafka = on_kafka
     in_topic, out_topic = kafka.new_topic("lines", 4), kafka.new_topic("counts", 2)

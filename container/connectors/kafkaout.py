@@ -73,7 +73,7 @@ class KafkaOutput(Operator):
     timeout_seconds: float = 120.0
     transient = ("_producer", "_marker", "_window", "_values", "_ck", "_waiter", "_who", "_exactly_once",
                  "_published", "_servers", "_txn_id", "_failed", "_target", "_lock", "_wake", "_thread",
-                 "_stopping", "_error")
+                 "_stopping", "_error", "_call_timeout")
 
     def __init__(self) -> None:
         #: EXACTLY_ONCE: window id -> (key, value) pairs not yet published, oldest first.
@@ -88,6 +88,7 @@ class KafkaOutput(Operator):
         self._exactly_once = False
         self._published = -1
         self._servers = ""
+        self._call_timeout = 10.0
         self._txn_id = ""
         self._failed: list[str] = []
         #: EXACTLY_ONCE: the newest committed window, for the publisher thread; its lock and
@@ -107,6 +108,8 @@ class KafkaOutput(Operator):
         self._servers = bootstrap(self.bootstrap_servers, who)
         self._ck = ck = import_client()
         self._waiter = Waiter(who, self._servers, float(self.timeout_seconds), context)
+        # one blocking call of the client waits no longer than the whole outage may last
+        self._call_timeout = max(1.0, min(10.0, float(self.timeout_seconds)))
         self._exactly_once = context.attributes.get("PROCESSING_MODE") == "EXACTLY_ONCE"
         self._txn_id = f"{self.transactional_id or f'stram-{context.app_id}-{context.name}'}-{context.partition_index}"
         self._producer = self._new_producer()
@@ -141,12 +144,17 @@ class KafkaOutput(Operator):
             except FatalError as exc:
                 self._failed.append(str(exc))
 
-    def _wait(self, call: Any) -> Any:
-        """``call()``, retried with log lines while the broker does not answer (FatalError past the timeout)."""
+    def _wait(self, call: Any, settle: bool = True) -> Any:
+        """``call()``, retried with log lines while the broker does not answer (FatalError past the timeout).
+
+        ``settle``: its success ends the outage. Not for the steps of a transaction started over,
+        which may succeed with the broker still away: the outage's clock runs on until a commit.
+        """
         while True:
             try:
                 result = call()
-                self._waiter.ok()
+                if settle:
+                    self._waiter.ok()
                 return result
             except self._ck.KafkaException as exc:
                 err = exc.args[0]
@@ -158,16 +166,16 @@ class KafkaOutput(Operator):
                 self._waiter.trouble(str(err))
                 time.sleep(0.5)
 
-    def _start_transactions(self) -> None:
+    def _start_transactions(self, settle: bool = True) -> None:
         """Fence older producers of this transactional id (their open transaction is aborted);
         read the last window published (publisher thread)."""
-        self._wait(lambda: self._producer.init_transactions(10))
+        self._wait(lambda: self._producer.init_transactions(self._call_timeout), settle)
         if self._marker is None:
             self._marker = self._ck.Consumer({"bootstrap.servers": self._servers, "group.id": self._txn_id,
                                               "enable.auto.commit": False, "isolation.level": "read_committed",
                                               "logger": logging.getLogger("stram.kafka.librdkafka")})
         tp = self._ck.TopicPartition(self.topic, 0)
-        found = self._wait(lambda: self._marker.committed([tp], timeout=10))
+        found = self._wait(lambda: self._marker.committed([tp], timeout=self._call_timeout), settle)
         published = marker_window(found[0].metadata if found else None)
         if published >= 0:
             log.info("%s: windows up to %x were published already (transactional id %s)", self._who,
@@ -191,11 +199,23 @@ class KafkaOutput(Operator):
             self._produce(key, value)
 
     def _produce(self, key: bytes | None, value: bytes) -> None:
+        full_since = None
         while True:
             try:
                 self._producer.produce(self.topic, value, key, on_delivery=self._delivered)
+                if full_since is not None:
+                    self._waiter.ok()
                 return
             except BufferError:  # the local queue is full: serve deliveries, then try again
+                now = time.monotonic()
+                full_since = now if full_since is None else full_since
+                waiting = f"{len(self._producer)} records wait in the producer's queue"
+                if self._exactly_once and now - full_since > self._call_timeout:
+                    # a transaction whose records do not go out (its producer is stuck after a broker
+                    # restart): _publish aborts it, or starts over with a new producer
+                    raise RuntimeError(f"{waiting}, none went out for {now - full_since:.0f}s")
+                if not self._exactly_once:
+                    self._waiter.trouble(waiting)  # FatalError past timeout_seconds
                 self._producer.poll(0.1)
                 self._check()
 
@@ -235,8 +255,8 @@ class KafkaOutput(Operator):
 
         The publisher thread does it; this returns at once (it may run on the agent's
         heartbeat thread, once the operator has shut down). ``teardown`` waits for
-        what is left: at the end of a run the master waits for the containers to
-        exit (30 s) before it stops them.
+        what is left; at the end of a run the master waits for it while the agent
+        heartbeats that the operator is still ending (:mod:`appmaster.ending`).
         """
         if not self._exactly_once:
             return
@@ -280,6 +300,30 @@ class KafkaOutput(Operator):
                     self._error = exc if isinstance(exc, Exception) else RuntimeError(str(exc))
                     self._wake.notify_all()
 
+    def _bounded(self, call: Any, name: str) -> Any:
+        """``call()`` on a thread of its own, given its timeout and as long again.
+
+        librdkafka can stay in a transactional call past its timeout after a broker
+        restart; the call is then left behind and a RuntimeError starts the
+        transaction over with a new producer, which fences the stuck one.
+        """
+        result: list[Any] = []
+
+        def run() -> None:
+            try:
+                result.append((True, call()))
+            except BaseException as exc:  # noqa: BLE001 - raised on the publisher's thread
+                result.append((False, exc))
+        thread = threading.Thread(target=run, name=f"kafka-{name}", daemon=True)
+        thread.start()
+        thread.join(2 * self._call_timeout + 5)
+        if not result:
+            raise RuntimeError(f"{name} did not return within {2 * self._call_timeout + 5:.0f}s")
+        ok, value = result[0]
+        if not ok:
+            raise value
+        return value
+
     def _retry(self, call: Any, limit: float = 15.0) -> Any:
         """``call()``, retried while it fails with a retriable error, for ``limit`` seconds at most."""
         started = time.monotonic()
@@ -312,8 +356,11 @@ class KafkaOutput(Operator):
                     self._produce(key, value)
                 meta = self._marker.consumer_group_metadata()
                 offsets = [ck.TopicPartition(self.topic, 0, 0, f"{MARKER_PREFIX}{marker:x}")]
-                self._retry(lambda: self._producer.send_offsets_to_transaction(offsets, meta, 10))
-                self._retry(lambda: self._producer.commit_transaction(10))
+                producer = self._producer
+                self._retry(lambda: self._bounded(lambda: producer.send_offsets_to_transaction(
+                    offsets, meta, self._call_timeout), "send_offsets_to_transaction"))
+                self._retry(lambda: self._bounded(lambda: producer.commit_transaction(self._call_timeout),
+                                                  "commit_transaction"))
                 self._check()
                 self._waiter.ok()
                 self._done(marker)
@@ -325,7 +372,7 @@ class KafkaOutput(Operator):
                 self._waiter.trouble(f"{what}: {err}")  # FatalError past timeout_seconds
                 if not err.fatal() and err.txn_requires_abort():
                     try:
-                        self._wait(lambda: self._producer.abort_transaction(10))
+                        self._wait(lambda: self._producer.abort_transaction(self._call_timeout), settle=False)
                         continue
                     except ck.KafkaException:
                         pass
@@ -336,17 +383,23 @@ class KafkaOutput(Operator):
                 log.warning("%s: starting over with a new producer after: %s", self._who, err)
                 self._close_marker()
                 self._producer = self._new_producer()
-                self._start_transactions()
+                self._start_transactions(settle=False)
                 if self._published >= marker:
                     return
             except RuntimeError as exc:  # records not delivered: the transaction cannot commit; start it again
-                log.warning("%s: %s; aborting %s and trying again", self._who, exc, what)
+                log.warning("%s: %s; aborting %s and trying again with a new producer", self._who, exc, what)
+                self._waiter.trouble(f"{what}: {exc}")  # FatalError past timeout_seconds
                 self._failed = []
-                try:
-                    self._producer.abort_transaction(10)
-                except ck.KafkaException:
-                    self._producer = self._new_producer()
-                    self._start_transactions()
+                if "did not return within" not in str(exc):  # a stuck producer is left as it is
+                    try:
+                        self._producer.abort_transaction(self._call_timeout)
+                    except ck.KafkaException:
+                        pass
+                self._close_marker()
+                self._producer = self._new_producer()
+                self._start_transactions(settle=False)
+                if self._published >= marker:
+                    return
 
     @classmethod
     def split_state(cls, states, count, owner):  # noqa: ANN001, ANN206
@@ -355,14 +408,22 @@ class KafkaOutput(Operator):
                          "own uncommitted windows under its own transactional id")
 
     def teardown(self) -> None:
+        """Publish the committed windows not yet published (the broker was away at the end), then close.
+
+        Raises when they could not be published (the publisher gave up after
+        ``timeout_seconds``): the agent reports it, and the master does not end the
+        application SUCCEEDED (:mod:`appmaster.ending`).
+        """
+        unpublished = None
         if self._thread is not None:
             with self._wake:
-                # committed windows not yet published (the broker was away at the end): let the
-                # publisher finish them, within its own time limit
                 if self._published < self._target:
                     log.info("%s: publishing the last committed windows before stopping", self._who)
                 while self._published < self._target and self._error is None and self._thread.is_alive():
                     self._wake.wait(0.5)
+                if self._published < self._target:
+                    unpublished = (f"{self._who}: the committed windows after {self._published:x} up to "
+                                   f"{self._target:x} were not published: {self._error or 'the publisher stopped'}")
                 self._stopping = True
                 self._wake.notify_all()
             self._thread.join(30)
@@ -375,3 +436,5 @@ class KafkaOutput(Operator):
                     pass
             self._producer = None
         self._close_marker()
+        if unpublished:
+            raise RuntimeError(unpublished)
