@@ -22,6 +22,33 @@ def _stram_home(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("STRAM_HOME", str(home))
     monkeypatch.chdir(ROOT)
     yield home
+    if (home / "apps").is_dir():  # the test launched local applications: none may outlive it
+        _stop_leftovers(str(home))
+
+
+def _stop_leftovers(home: str) -> None:
+    """SIGKILL every process of an application launched under STRAM_HOME ``home`` that still runs (a
+    test that failed before its application ended), so that it cannot load or disturb the next tests."""
+    import psutil
+
+    left = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            # stram's own processes only (session fixtures' brokers and clusters may carry a test's home)
+            module = (proc.info["cmdline"] or [])[1:3]
+            if module[:1] == ["-m"] and module[1:] in (["appmaster"], ["appmaster.supervise"], ["container"]) \
+                    and proc.environ().get("STRAM_HOME") == home:
+                left.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    for proc in left:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    if left:
+        psutil.wait_procs(left, timeout=10)
+        sys.stderr.write(f"stopped {len(left)} process(es) left running by the test under {home}\n")
 
 
 def word_truth(path: pathlib.Path | str) -> Counter:
