@@ -96,11 +96,38 @@ class UmbilicalServicer(proto.StreamingContainerUmbilicalServicer):
         return self._dispatch(Heartbeat(request, _now(), context.peer()), context)
 
 
+class TokenGate(grpc.ServerInterceptor):
+    """Refuses a call without the application's token before its request is parsed.
+
+    The refusal handler takes the request as raw bytes (no deserializer), so a flood of
+    unauthenticated calls costs the master no protobuf objects; the servicer's own
+    check stays as a second line.
+    """
+
+    def __init__(self, token: str) -> None:
+        self.token = token.encode()
+        self._refuse = grpc.unary_unary_rpc_method_handler(self._refused)
+
+    def intercept_service(self, continuation: Callable[[Any], Any], details: grpc.HandlerCallDetails) -> Any:
+        supplied = dict(details.invocation_metadata or ()).get(proto.TOKEN_METADATA_KEY, "")
+        if isinstance(supplied, str) and hmac.compare_digest(supplied.encode(), self.token):
+            return continuation(details)
+        return self._refuse
+
+    @staticmethod
+    def _refused(request: bytes, context: grpc.ServicerContext) -> Any:
+        supplied = dict(context.invocation_metadata()).get(proto.TOKEN_METADATA_KEY, "")
+        log.warning("refused call from %s: %s application token", context.peer(), "missing" if not supplied else "wrong")
+        context.abort(grpc.StatusCode.UNAUTHENTICATED, "wrong or missing application token (metadata 'stram-token')")
+
+
 def create_server(servicer: UmbilicalServicer, host: str = "0.0.0.0", port: int = 0,
                   workers: int = 8) -> tuple[grpc.Server, int]:
-    """A started gRPC server for ``servicer`` and the port it bound (0: a free one)."""
+    """A started gRPC server for ``servicer`` and the port it bound (0: a free one); calls without
+    the servicer's token are refused before their requests are parsed (:class:`TokenGate`)."""
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="umbilical"),
+        interceptors=[TokenGate(servicer.token.decode())],
         options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                  ("grpc.max_send_message_length", 64 << 20),
                  ("grpc.so_reuseport", 0)])
