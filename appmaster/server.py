@@ -1,6 +1,7 @@
 """The umbilical gRPC service: turns container RPCs into MasterState events.
 
-A thin translator (STYLE.md 3): it checks the token, turns each call into an
+A thin translator (STYLE.md 3): its server refuses calls without the token
+(:class:`TokenGate`); the servicer turns each call into an
 event (:mod:`appmaster.state`) and passes it to the master's dispatcher (lock →
 ``MasterState.handle`` → journal → carry out), which returns the reply. Bad
 input never takes the server down: each call fails on its own with a gRPC
@@ -45,21 +46,13 @@ class UmbilicalServicer(proto.StreamingContainerUmbilicalServicer):
         The master's one door into its state (:meth:`appmaster.master.Dispatcher.dispatch`):
         handles an event and returns its reply.
     token:
-        The application's secret; calls without it are refused.
+        The application's secret: :func:`create_server` refuses calls without it (:class:`TokenGate`)
+        before they reach the servicer.
     """
 
     def __init__(self, dispatch: Callable[[MasterEvent], Any], token: str) -> None:
         self.dispatch = dispatch
-        self.token = token.encode()
-
-    def _check(self, context: grpc.ServicerContext) -> None:
-        supplied = dict(context.invocation_metadata()).get(proto.TOKEN_METADATA_KEY, "")
-        if not hmac.compare_digest(supplied.encode(), self.token):
-            peer = context.peer()
-            log.warning("refused call from %s: %s application token", peer,
-                        "missing" if not supplied else "wrong")
-            context.abort(grpc.StatusCode.UNAUTHENTICATED,
-                          "wrong or missing application token (metadata 'stram-token')")
+        self.token = token
 
     def _dispatch(self, event: MasterEvent, context: grpc.ServicerContext) -> Any:
         """The master's answer to ``event``; UNAVAILABLE ``paused: …`` while its writes wait for space."""
@@ -69,7 +62,6 @@ class UmbilicalServicer(proto.StreamingContainerUmbilicalServicer):
             context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
 
     def GetInitContext(self, request: proto.InitContextRequest, context: grpc.ServicerContext) -> Any:
-        self._check(context)
         try:
             return self._dispatch(InitContextRequest(request.container_id), context)
         except UnknownContainer:
@@ -77,21 +69,18 @@ class UmbilicalServicer(proto.StreamingContainerUmbilicalServicer):
             context.abort(grpc.StatusCode.NOT_FOUND, f"unknown container {request.container_id!r}")
 
     def Log(self, request: proto.LogRequest, context: grpc.ServicerContext) -> Any:
-        self._check(context)
         level = getattr(logging, request.level or "INFO", logging.INFO)
         container_log.log(level if isinstance(level, int) else logging.INFO, "[%s] %s",
                           request.container_id, request.msg[:10000])
         return proto.Empty()
 
     def ReportError(self, request: proto.ReportErrorRequest, context: grpc.ServicerContext) -> Any:
-        self._check(context)
         container_log.error("[%s] error in operators %s: %s", request.container_id,
                             list(request.operators), request.msg[:20000])
         self._dispatch(ErrorReport(request.container_id, tuple(request.operators), request.msg, _now()), context)
         return proto.Empty()
 
     def ProcessHeartbeat(self, request: proto.ContainerHeartbeat, context: grpc.ServicerContext) -> Any:
-        self._check(context)
         # the dispatcher journals before the response or any deletion acts on the new state
         return self._dispatch(Heartbeat(request, _now(), context.peer()), context)
 
@@ -100,8 +89,8 @@ class TokenGate(grpc.ServerInterceptor):
     """Refuses a call without the application's token before its request is parsed.
 
     The refusal handler takes the request as raw bytes (no deserializer), so a flood of
-    unauthenticated calls costs the master no protobuf objects; the servicer's own
-    check stays as a second line.
+    unauthenticated calls costs the master no protobuf objects. It is the only token
+    check: the servicer is served through :func:`create_server` alone.
     """
 
     def __init__(self, token: str) -> None:
@@ -127,7 +116,7 @@ def create_server(servicer: UmbilicalServicer, host: str = "0.0.0.0", port: int 
     the servicer's token are refused before their requests are parsed (:class:`TokenGate`)."""
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="umbilical"),
-        interceptors=[TokenGate(servicer.token.decode())],
+        interceptors=[TokenGate(servicer.token)],
         options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                  ("grpc.max_send_message_length", 64 << 20),
                  ("grpc.so_reuseport", 0)])

@@ -149,6 +149,8 @@ class Agent:
         self._idle_since: float | None = None
         self._lock = threading.Lock()
         self._process = psutil.Process()
+        #: What heartbeats name this process by (Apex's JVM name, "pid@host").
+        self.process_name = f"{os.getpid()}@{socket.gethostname()}"
 
     # ------------------------------------------------------------ main loop
     def run(self) -> int:
@@ -201,7 +203,7 @@ class Agent:
                 continue
             try:
                 self.umbilical.call("ProcessHeartbeat", proto.ContainerHeartbeat(
-                    container_id=self.container_id, jvm_name=f"{os.getpid()}@{socket.gethostname()}",
+                    container_id=self.container_id, jvm_name=self.process_name,
                     sent_millis=int(time.time() * 1000), ending=ending), timeout=max(self.interval, 1.0))
             except grpc.RpcError as exc:
                 log.debug("heartbeat while ending %s: %s", ending, exc.code())
@@ -308,7 +310,7 @@ class Agent:
             publishers=publishers, stack_trace=stack_trace,
             container_id=self.container_id,
             buffer_server_host=self.buffer_address[0], buffer_server_port=self.buffer_address[1],
-            jvm_name=f"{os.getpid()}@{socket.gethostname()}",
+            jvm_name=self.process_name,
             memory_mb_free=mem.available // (1 << 20),
             memory_mb_used=self._process.memory_info().rss // (1 << 20),
             gc_collection_count=sum(s["collections"] for s in gc.get_stats()),

@@ -337,16 +337,13 @@ class Node:
         for sub in self.remote_inputs:
             sub.close()
         if teardown:
-            self._teardown()
-
-    def tear_down(self) -> None:
-        """The operator's ``teardown`` (once); what it raised is kept in :attr:`teardown_error`."""
-        self._teardown()
+            self.tear_down()
 
     def _setup(self) -> None:
         self.operator.setup(self.context)
 
-    def _teardown(self) -> None:
+    def tear_down(self) -> None:
+        """The operator's ``teardown`` (once); what it raised is kept in :attr:`teardown_error`."""
         if getattr(self, "_torn_down", False):
             return
         self._torn_down = True

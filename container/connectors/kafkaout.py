@@ -30,6 +30,10 @@ def marker_window(metadata: str | None) -> int:
     return -1
 
 
+class StuckCall(RuntimeError):
+    """A client call that did not return long after its own timeout (its producer is abandoned)."""
+
+
 class KafkaOutput(Operator):
     """Writes each tuple as one record of ``topic``.
 
@@ -304,7 +308,7 @@ class KafkaOutput(Operator):
         """``call()`` on a thread of its own, given its timeout and as long again.
 
         librdkafka can stay in a transactional call past its timeout after a broker
-        restart; the call is then left behind and a RuntimeError starts the
+        restart; the call is then left behind and :class:`StuckCall` starts the
         transaction over with a new producer, which fences the stuck one.
         """
         result: list[Any] = []
@@ -318,7 +322,7 @@ class KafkaOutput(Operator):
         thread.start()
         thread.join(2 * self._call_timeout + 5)
         if not result:
-            raise RuntimeError(f"{name} did not return within {2 * self._call_timeout + 5:.0f}s")
+            raise StuckCall(f"{name} did not return within {2 * self._call_timeout + 5:.0f}s")
         ok, value = result[0]
         if not ok:
             raise value
@@ -390,7 +394,7 @@ class KafkaOutput(Operator):
                 log.warning("%s: %s; aborting %s and trying again with a new producer", self._who, exc, what)
                 self._waiter.trouble(f"{what}: {exc}")  # FatalError past timeout_seconds
                 self._failed = []
-                if "did not return within" not in str(exc):  # a stuck producer is left as it is
+                if not isinstance(exc, StuckCall):  # a stuck producer is left as it is
                     try:
                         self._producer.abort_transaction(self._call_timeout)
                     except ck.KafkaException:
