@@ -14,6 +14,7 @@ from appmaster.changes import structure
 from appmaster.events import UnknownContainer
 from appmaster.plan import PTOperator
 from appmaster.recovery import GONE
+from container.secret import buffer_server_key, scoped_credential
 
 __all__ = ["DAG_ATTRIBUTES", "DeployMessages"]
 
@@ -63,7 +64,8 @@ class DeployMessages:
             streaming_window_size_millis=int(self.attr("STREAMING_WINDOW_SIZE_MILLIS")),
             checkpoint_window_count=int(self.attr("CHECKPOINT_WINDOW_COUNT")),
             deploy_buffer_server=True, app_id=self.app_id, app_name=self.spec.name,
-            app_path=self.app_path, buffer_server_token=self.token.encode())
+            app_path=self.app_path,
+            buffer_server_token=buffer_server_key(self.token, container_id).encode())
         for name, value in self.attributes.items():
             ctx.attributes[name] = json.dumps(value)
         return ctx
@@ -83,7 +85,6 @@ class DeployMessages:
             info.context_attributes[k] = json.dumps(v)
         if op.resume_window > op.recovery_checkpoint + 1:
             info.context_attributes["RESUME_FROM_WINDOW"] = json.dumps(op.resume_window)
-        token = self.token.encode()
         for inp in op.inputs:
             src = plan.operators[inp.source_id]
             d = info.inputs.add(port_name=inp.port, declared_stream_id=inp.stream,
@@ -94,7 +95,11 @@ class DeployMessages:
                                        else "CONTAINER_LOCAL"]
             else:
                 host, port = plan.containers[src.container].buffer_server or ("", 0)
-                d.buffer_server_host, d.buffer_server_port, d.buffer_server_token = host, port, token
+                d.buffer_server_host, d.buffer_server_port = host, port
+                # good for this one stream on that one server (container.secret)
+                d.buffer_server_token = scoped_credential(
+                    buffer_server_key(self.token, src.container), "subscribe",
+                    f"{inp.source_id}.{inp.source_port}").encode()
                 d.partition_mask = inp.partition_mask
                 d.partition_keys.extend(inp.partition_keys)
         downstream = self._downstream_map().get(op.id, []) if op.outputs else []
@@ -108,6 +113,8 @@ class DeployMessages:
                                    partition_mask=tag_mask)
             if remote:
                 host, bport = plan.containers[op.container].buffer_server or ("", 0)
-                out.buffer_server_host, out.buffer_server_port, out.buffer_server_token = host, bport, token
+                out.buffer_server_host, out.buffer_server_port = host, bport
+                out.buffer_server_token = scoped_credential(
+                    buffer_server_key(self.token, op.container), "publish", f"{op.id}.{port}").encode()
             out.stream_codecs[0] = subscribers[0][1].codec if subscribers else "pickle"
         return info

@@ -87,7 +87,10 @@ class LocalLauncher(Launcher):
 
     def launch(self, request: ContainerRequest) -> tuple[int, float] | None:
         env = dict(os.environ)
-        env.pop("STRAM_TOKEN", None)  # secrets travel as files (STRAM_TOKEN_FILE), never in the environment
+        # secrets travel as files, never in the environment; and the master's token file is the
+        # master's alone (a container reads its own credential, container.secret)
+        for name in ("STRAM_TOKEN", "STRAM_TOKEN_FILE"):
+            env.pop(name, None)
         env.update(request.env)
         env["STRAM_HOST"] = "127.0.0.1"
         env["STRAM_WORK_DIR"] = os.path.join(os.path.dirname(self.log_dir), "work", request.container_id)

@@ -35,6 +35,7 @@ from appmaster.state import (AdoptContainer, AdoptContainers, ContainerExited, C
                              UnknownInstruction)
 from container import apppath, fs, space
 from container.logsetup import rate_limit
+from container.secret import container_credential
 
 log = logging.getLogger("appmaster")
 #: Complaints that repeat every second on a full disk: rate-limited.
@@ -131,14 +132,12 @@ class AppMaster(AddressFiles):
     """One running application master."""
 
     def __init__(self, spec: Any, app_id: str, app_path: str, token: str, launcher: Launcher,
-                 host: str | None = None, token_file: str | None = None) -> None:
+                 host: str | None = None) -> None:
         self.spec = spec
         self.app_id = app_id
         self.app_path = app_path
+        #: The application's secret; containers get credentials derived from it (:mod:`container.secret`).
         self.token = token
-        #: The private file containers read the token from (``STRAM_TOKEN_FILE``); without one,
-        #: a new ``0600`` temporary file (removed by :meth:`stop`).
-        self.token_file = token_file or self._private_token_file(token)
         self.launcher = launcher
         self.host = host or os.environ.get("STRAM_HOST") or socket.gethostname()
         self.lock = threading.RLock()
@@ -247,8 +246,11 @@ class AppMaster(AddressFiles):
             self.write_status(final=False)
 
     def _launch_container(self, ins: LaunchContainer) -> None:
+        # its own credential, never the application's token (container.secret)
+        fs.write_atomic(apppath.credential(self.app_path, ins.container_id),
+                        container_credential(self.token, ins.container_id).encode())
         env = {"STRAM_CONTAINER_ID": ins.container_id, "STRAM_APP_PATH": self.app_path,
-               "STRAM_TOKEN_FILE": self.token_file, "STRAM_APP_ID": self.app_id}
+               "STRAM_APP_ID": self.app_id}
         started = self.launcher.launch(ContainerRequest(ins.container_id, ins.memory_mb, ins.vcores,
                                                         ins.hosts, env))
         while started is not None:  # journaled: a later attempt takes over this process, and no other
@@ -506,21 +508,6 @@ class AppMaster(AddressFiles):
             self.admin.shutdown()
         if self.server is not None:
             self.server.stop(grace=1.0)
-        if self._own_token_file:
-            try:
-                os.unlink(self.token_file)
-            except OSError:
-                pass
-
-    _own_token_file = False
-
-    def _private_token_file(self, token: str) -> str:
-        import tempfile
-        fd, path = tempfile.mkstemp(prefix=f"stram-{self.app_id}-", suffix=".token")  # 0600
-        with os.fdopen(fd, "w") as f:
-            f.write(token)
-        self._own_token_file = True
-        return path
 
     def write_status(self, final: bool = True) -> None:
         """``APP_PATH/status.json``: what list-apps shows once the master is gone.

@@ -1,7 +1,8 @@
 """The umbilical gRPC service: turns container RPCs into MasterState events.
 
-A thin translator (STYLE.md 3): its server refuses calls without the token
-(:class:`TokenGate`); the servicer turns each call into an
+A thin translator (STYLE.md 3): its server refuses calls without a credential
+(:class:`TokenGate`) and a container's calls about another container; the
+servicer turns each call into an
 event (:mod:`appmaster.state`) and passes it to the master's dispatcher (lock →
 ``MasterState.handle`` → journal → carry out), which returns the reply. Bad
 input never takes the server down: each call fails on its own with a gRPC
@@ -22,6 +23,7 @@ import proto
 from appmaster.events import MasterPaused
 from appmaster.state import ErrorReport, Heartbeat, InitContextRequest, MasterEvent, UnknownContainer
 from container.logsetup import rate_limit
+from container.secret import container_credential
 
 log = logging.getLogger("appmaster.server")
 container_log = logging.getLogger("appmaster.containers")
@@ -61,7 +63,22 @@ class UmbilicalServicer(proto.StreamingContainerUmbilicalServicer):
         except MasterPaused as exc:
             context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
 
+    @staticmethod
+    def _as_caller(container_id: str, context: grpc.ServicerContext) -> None:
+        """Refuse a call whose credential is another container's than the one it is about.
+
+        :class:`TokenGate` proved the caller holds the credential of the container its
+        metadata names (or the application token, which may speak for any container).
+        """
+        caller = dict(context.invocation_metadata()).get(proto.CONTAINER_METADATA_KEY)
+        if caller is not None and caller != container_id:
+            log.warning("refused call from %s: container %r's credential used for container %r",
+                        context.peer(), caller, container_id)
+            context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                          f"the credential of container {caller!r} does not speak for {container_id!r}")
+
     def GetInitContext(self, request: proto.InitContextRequest, context: grpc.ServicerContext) -> Any:
+        self._as_caller(request.container_id, context)
         try:
             return self._dispatch(InitContextRequest(request.container_id), context)
         except UnknownContainer:
@@ -69,45 +86,67 @@ class UmbilicalServicer(proto.StreamingContainerUmbilicalServicer):
             context.abort(grpc.StatusCode.NOT_FOUND, f"unknown container {request.container_id!r}")
 
     def Log(self, request: proto.LogRequest, context: grpc.ServicerContext) -> Any:
+        self._as_caller(request.container_id, context)
         level = getattr(logging, request.level or "INFO", logging.INFO)
         container_log.log(level if isinstance(level, int) else logging.INFO, "[%s] %s",
                           request.container_id, request.msg[:10000])
         return proto.Empty()
 
     def ReportError(self, request: proto.ReportErrorRequest, context: grpc.ServicerContext) -> Any:
+        self._as_caller(request.container_id, context)
         container_log.error("[%s] error in operators %s: %s", request.container_id,
                             list(request.operators), request.msg[:20000])
         self._dispatch(ErrorReport(request.container_id, tuple(request.operators), request.msg, _now()), context)
         return proto.Empty()
 
     def ProcessHeartbeat(self, request: proto.ContainerHeartbeat, context: grpc.ServicerContext) -> Any:
+        self._as_caller(request.container_id, context)
         # the dispatcher journals before the response or any deletion acts on the new state
         return self._dispatch(Heartbeat(request, _now(), context.peer()), context)
 
 
 class TokenGate(grpc.ServerInterceptor):
-    """Refuses a call without the application's token before its request is parsed.
+    """Refuses a call without a valid credential before its request is parsed.
 
-    The refusal handler takes the request as raw bytes (no deserializer), so a flood of
-    unauthenticated calls costs the master no protobuf objects. It is the only token
-    check: the servicer is served through :func:`create_server` alone.
+    A call carries a container's own credential with that container's id
+    (metadata ``stram-token`` and ``stram-container``), or the application token
+    alone (the master's own tools). The refusal handler takes the request as raw
+    bytes (no deserializer), so a flood of unauthenticated calls costs the master
+    no protobuf objects. It is the only credential check: the servicer is served
+    through :func:`create_server` alone, and checks that a container's call is
+    about that container (:meth:`UmbilicalServicer._as_caller`).
     """
 
     def __init__(self, token: str) -> None:
-        self.token = token.encode()
+        self.token = token
         self._refuse = grpc.unary_unary_rpc_method_handler(self._refused)
 
+    def admits(self, metadata: Any) -> bool:
+        """Whether ``metadata`` (gRPC invocation metadata) carries a valid credential."""
+        md = dict(metadata or ())
+        supplied, container = md.get(proto.TOKEN_METADATA_KEY, ""), md.get(proto.CONTAINER_METADATA_KEY)
+        if not isinstance(supplied, str) or not supplied:
+            return False
+        if container is None:
+            expected = self.token
+        elif isinstance(container, str) and container:
+            expected = container_credential(self.token, container)
+        else:
+            return False
+        return hmac.compare_digest(supplied.encode(), expected.encode())
+
     def intercept_service(self, continuation: Callable[[Any], Any], details: grpc.HandlerCallDetails) -> Any:
-        supplied = dict(details.invocation_metadata or ()).get(proto.TOKEN_METADATA_KEY, "")
-        if isinstance(supplied, str) and hmac.compare_digest(supplied.encode(), self.token):
-            return continuation(details)
-        return self._refuse
+        return continuation(details) if self.admits(details.invocation_metadata) else self._refuse
 
     @staticmethod
     def _refused(request: bytes, context: grpc.ServicerContext) -> Any:
-        supplied = dict(context.invocation_metadata()).get(proto.TOKEN_METADATA_KEY, "")
-        log.warning("refused call from %s: %s application token", context.peer(), "missing" if not supplied else "wrong")
-        context.abort(grpc.StatusCode.UNAUTHENTICATED, "wrong or missing application token (metadata 'stram-token')")
+        md = dict(context.invocation_metadata())
+        supplied, container = md.get(proto.TOKEN_METADATA_KEY, ""), md.get(proto.CONTAINER_METADATA_KEY)
+        what = "missing" if not supplied else "wrong"
+        whose = f"container {container!r}'s credential" if container is not None else "application token"
+        log.warning("refused call from %s: %s %s", context.peer(), what, whose)
+        context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                      f"{what} {whose} (metadata 'stram-token'{', stram-container' if container else ''})")
 
 
 def create_server(servicer: UmbilicalServicer, host: str = "0.0.0.0", port: int = 0,

@@ -238,7 +238,7 @@ async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_eve
             address = open(os.path.join(app_dir, "heartbeatUri")).read().strip()
         except OSError:
             await asyncio.sleep(0.05)
-    metadata = ((proto.TOKEN_METADATA_KEY, token),)
+    from container.secret import container_credential
     channel = grpc.aio.insecure_channel(address, options=[("grpc.max_receive_message_length", 64 << 20)])
     stub = proto.StreamingContainerUmbilicalStub(channel)
     latencies: list[float] = []
@@ -250,6 +250,9 @@ async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_eve
     end = time.monotonic() + seconds
 
     async def run_container(c: SimContainer) -> None:
+        # each agent presents its own credential, as a real one does (the master checks it per call)
+        metadata = ((proto.TOKEN_METADATA_KEY, container_credential(token, c.id)),
+                    (proto.CONTAINER_METADATA_KEY, c.id))
         try:
             ctx = await stub.GetInitContext(proto.InitContextRequest(container_id=c.id), metadata=metadata,
                                             timeout=30)

@@ -9,7 +9,6 @@ import sys
 
 from container import logsetup
 from container.agent import Agent, MasterGone
-from container.secret import read_token_file
 
 
 def main() -> int:
@@ -22,18 +21,24 @@ def main() -> int:
     try:
         container_id = os.environ["STRAM_CONTAINER_ID"]
         app_path = os.environ["STRAM_APP_PATH"]
-        token_file = os.environ["STRAM_TOKEN_FILE"]
     except KeyError as missing:
         print(f"error: environment variable {missing} is not set; containers are started "
               f"by the stram master, not by hand", file=sys.stderr)
         return 2
-    token = read_token_file(token_file)
-    if token is None:
-        print(f"error: cannot read the application token from STRAM_TOKEN_FILE={token_file}", file=sys.stderr)
-        return 2
-    from container import fs
+    from container import apppath, fs
     fs.keep_private(app_path)
-    agent = Agent(container_id, app_path, token, work_dir=os.environ.get("STRAM_WORK_DIR"))
+    where = apppath.credential(app_path, container_id)
+    try:  # written by the master before it started this container (HDFS: retried while away)
+        credential = fs.read_bytes(where).decode().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        credential, why = "", str(exc)
+    else:
+        why = "the file is empty"
+    if not credential:
+        print(f"error: cannot read this container's credential from {where}: {why}; containers are "
+              f"started by the stram master, which writes it first", file=sys.stderr)
+        return 2
+    agent = Agent(container_id, app_path, credential, work_dir=os.environ.get("STRAM_WORK_DIR"))
     signal.signal(signal.SIGTERM, lambda *_: agent.stop())
     try:
         return agent.run()

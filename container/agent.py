@@ -1,8 +1,9 @@
 """The container agent: finds the master, heartbeats, deploys and runs operators.
 
-Started as ``python -m container`` with ``STRAM_CONTAINER_ID``,
-``STRAM_APP_PATH`` and ``STRAM_TOKEN_FILE`` in its environment (the launcher sets
-them). It reads the master's address from ``APP_PATH/heartbeatUri``, calls
+Started as ``python -m container`` with ``STRAM_CONTAINER_ID`` and
+``STRAM_APP_PATH`` in its environment (the launcher sets them); its own
+credential is the file ``APP_PATH/credentials/<id>`` the master wrote (it never
+holds the application's token). It reads the master's address from ``APP_PATH/heartbeatUri``, calls
 ``GetInitContext``, starts its buffer server, and then heartbeats at the
 interval the master gives, carrying out the instructions in each response.
 """
@@ -65,9 +66,11 @@ class Umbilical:
     :data:`COMPLAIN_SECONDS` for the same reason.
     """
 
-    def __init__(self, app_path: str, token: str, timeout: float = 10.0) -> None:
+    def __init__(self, app_path: str, token: str, timeout: float = 10.0, container_id: str | None = None) -> None:
         self.app_path = app_path
-        self.metadata = ((proto.TOKEN_METADATA_KEY, token),)
+        # a container's own credential names its container; the application token (tools) does not
+        self.metadata: tuple[tuple[str, str], ...] = ((proto.TOKEN_METADATA_KEY, token),) + (
+            ((proto.CONTAINER_METADATA_KEY, container_id),) if container_id is not None else ())
         self.timeout = timeout
         self.address = ""
         self.channel: grpc.Channel | None = None
@@ -113,14 +116,14 @@ class Umbilical:
 class Agent:
     """Runs the operators the master deploys to this container."""
 
-    def __init__(self, container_id: str, app_path: str, token: str,
+    def __init__(self, container_id: str, app_path: str, credential: str,
                  host: str | None = None, work_dir: str | None = None) -> None:
         self.container_id = container_id
         self.app_path = app_path
-        self.token = token
         self.host = host or os.environ.get("STRAM_HOST") or socket.gethostname()
         self.work_dir = work_dir or os.path.join(os.getcwd(), f"work-{container_id}")
-        self.umbilical = Umbilical(app_path, token)
+        #: ``credential``: this container's own (:func:`container.secret.container_credential`)
+        self.umbilical = Umbilical(app_path, credential, container_id=container_id)
         self.nodes: dict[int, Node] = {}
         #: Operators that shut down: kept for committed() until undeployed.
         self.finished: dict[int, Node] = {}

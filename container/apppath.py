@@ -6,7 +6,8 @@ them. Written by the master: :data:`HEARTBEAT_URI` (its gRPC ``host:port``),
 :data:`ADMIN` (admin API URL and pid), :data:`STATUS` (state and diagnostics),
 :data:`JOURNAL` (its state, for a new attempt). Written by a local
 application's supervisor: :data:`SUPERVISOR`. Written at launch:
-:data:`SPEC` (the resolved spec). Written by agents: operator checkpoints,
+:data:`SPEC` (the resolved spec). Written by the master for each container before it starts: its credential
+(:func:`credential`). Written by agents: operator checkpoints,
 receiver write-ahead logs and Spark checkpoints. Local applications keep
 their logs in :data:`LOGS`.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from container import fs
 
-__all__ = ["HEARTBEAT_URI", "ADMIN", "SUPERVISOR", "STATUS", "JOURNAL", "SPEC", "LOGS", "TOKEN", "file", "journal", "checkpoints",
+__all__ = ["HEARTBEAT_URI", "ADMIN", "SUPERVISOR", "STATUS", "JOURNAL", "SPEC", "LOGS", "TOKEN", "CREDENTIALS", "file", "credential", "journal", "checkpoints",
            "checkpoint", "wal", "spark_checkpoint"]
 
 #: The master's gRPC address, ``host:port``; agents read it to find their master.
@@ -34,6 +35,8 @@ SPEC = "spec.yaml"
 LOGS = "logs"
 #: The application's secret, readable by its owner only, on the machine that launched it.
 TOKEN = "token"
+#: Each container's own credential, one file per container id, written by the master.
+CREDENTIALS = "credentials"
 
 
 def file(app_path: str, name: str) -> str:
@@ -55,6 +58,11 @@ def checkpoints(app_path: str, operator_id: int | None = None) -> str:
 def checkpoint(app_path: str, operator_id: int, window_id: int) -> str:
     """An operator's state after window ``window_id``."""
     return fs.join(app_path, "checkpoints", str(operator_id), str(window_id))
+
+
+def credential(app_path: str, container_id: str) -> str:
+    """Container ``container_id``'s credential (:func:`container.secret.container_credential`)."""
+    return fs.join(app_path, CREDENTIALS, container_id)
 
 
 def wal(app_path: str, operator_id: int) -> str:

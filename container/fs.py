@@ -94,8 +94,19 @@ def _filesystem(key: str) -> pafs.FileSystem:
         return pafs.LocalFileSystem()
     if key.startswith(("hdfs://", "viewfs://")):
         hadoop_client_env()
+    if key.startswith("hdfs://"):
+        # owner-only, as a local APP_PATH (umask 077): journal and checkpoints are pickles, and
+        # each container's credential is a file (the client's umask applies to what it creates)
+        host, _, port = key[len("hdfs://"):].partition(":")
+        return pafs.HadoopFileSystem("default" if host == "default" else f"hdfs://{host}",
+                                     int(port) if port.isdigit() else 0,
+                                     extra_conf={"fs.permissions.umask-mode": HDFS_UMASK})
     fs, _ = pafs.FileSystem.from_uri(key + "/")
     return fs
+
+
+#: The umask of every file and directory stram creates on HDFS.
+HDFS_UMASK = "077"
 
 
 def resolve(uri: str) -> tuple[pafs.FileSystem, str]:

@@ -8,5 +8,8 @@ from .stram_pb2_grpc import (  # noqa: F401
     add_StreamingContainerUmbilicalServicer_to_server,
 )
 
-#: gRPC metadata key carrying the application token.
+#: gRPC metadata key carrying the caller's credential: a container's own
+#: (``container.secret.container_credential``), or the application token.
 TOKEN_METADATA_KEY = "stram-token"
+#: gRPC metadata key naming the container whose credential the call carries.
+CONTAINER_METADATA_KEY = "stram-container"

@@ -18,6 +18,7 @@ from container.bufferserver import (
     RemotePublisher, Subscriber, encode_publish, encode_subscribe, purge, reset,
 )
 from container.codec import get_codec
+from container.secret import scoped_credential
 
 TOKEN = b"s3cret-token"
 BASE = 1_700_000_000 << 32          # (baseSeconds << 32) | index
@@ -638,6 +639,36 @@ def test_wrong_token_clients_raise_without_retrying(server, caplog):
     with pytest.raises(BufferServerError, match="wrong token"):
         purge(server.host, server.port, b"nope", "p", 0)
     assert sum("wrong token" in r.getMessage() for r in caplog.records) == 3
+
+
+def test_a_scoped_credential_reaches_its_one_stream_only(server, caplog):
+    """A subscriber holds ``scoped_credential(key, "subscribe", publisher)``: that stream, nothing else."""
+    caplog.set_level(logging.WARNING, logger="container.bufferserver")
+    data = windows([BASE, BASE + 1]) + [(M.END_STREAM, None)]
+    for pid in ("1.out", "2.out"):
+        publish(server.publisher(pid, 0), data)
+    may_read = scoped_credential(TOKEN, "subscribe", "1.out").encode()
+    c = Collector(Subscriber(server.host, server.port, may_read, "1.out", FIRST_WINDOW))
+    c.thread.join(5)
+    assert c.error is None and c.msgs == data
+    # not another publisher's stream, not as a publisher, not a purge or a reset
+    with pytest.raises(BufferServerError, match="wrong token in SUBSCRIBE request for '2.out'"):
+        next(Subscriber(server.host, server.port, may_read, "2.out", FIRST_WINDOW).messages())
+    with pytest.raises(BufferServerError, match="wrong token in PUBLISH"):
+        RemotePublisher(server.host, server.port, may_read, "1.out", FIRST_WINDOW)
+    with pytest.raises(BufferServerError, match="wrong token in PURGE"):
+        purge(server.host, server.port, may_read, "1.out", BASE + 1)
+    with pytest.raises(BufferServerError, match="wrong token in RESET"):
+        reset(server.host, server.port, may_read, "1.out")
+    # a publish credential publishes its stream only
+    may_write = scoped_credential(TOKEN, "publish", "3.out").encode()
+    with RemotePublisher(server.host, server.port, may_write, "3.out", FIRST_WINDOW) as pub:
+        publish(pub, data)
+    assert read_all(server, "3.out") == data
+    with pytest.raises(BufferServerError, match="wrong token in PUBLISH request for '4.out'"):
+        RemotePublisher(server.host, server.port, may_write, "4.out", FIRST_WINDOW)
+    # the owner's key still does everything
+    assert read_all(server, "2.out") == data
 
 
 def test_many_bad_connections_at_once_leave_the_server_healthy(server):

@@ -13,6 +13,7 @@ from appmaster.master import Dispatcher
 from appmaster.server import MAX_MESSAGE_BYTES, UmbilicalServicer, create_server
 from appmaster.spec import AppSpec
 from appmaster.state import DeleteCheckpoints, Finish, KillContainer, LaunchContainer, MasterState
+from container.secret import buffer_server_key, container_credential, scoped_credential
 
 TOKEN = "s3cret-token"
 
@@ -62,7 +63,8 @@ def test_init_context_matches_spec_attributes(umbilical):
     assert ctx.deploy_buffer_server
     assert ctx.start_window_millis % 1000 == 0
     assert json.loads(ctx.attributes["PROCESSING_MODE"]) == "EXACTLY_ONCE"
-    assert ctx.buffer_server_token == TOKEN.encode()
+    # the key of this container's own buffer server, derived from (not equal to) the token
+    assert ctx.buffer_server_token == buffer_server_key(TOKEN, "container_000001").encode() != TOKEN.encode()
     assert ctx.app_path == "file:///tmp/app-test"
 
 
@@ -102,6 +104,64 @@ def test_wrong_or_missing_token_refused(umbilical, caplog):
     assert "refused call" in caplog.text
     # still serving
     assert call(stub, "GetInitContext", proto.InitContextRequest(container_id="container_000001")).app_id
+
+
+def as_container(stub, method, request, container_id, credential=None):
+    credential = container_credential(TOKEN, container_id) if credential is None else credential
+    return getattr(stub, method)(request, metadata=((proto.TOKEN_METADATA_KEY, credential),
+                                                    (proto.CONTAINER_METADATA_KEY, container_id)), timeout=5)
+
+
+def test_a_container_is_served_with_its_own_credential_and_only_for_itself(umbilical, caplog):
+    state, stub, _, _ = umbilical
+    first = call(stub, "ProcessHeartbeat", proto.ContainerHeartbeat(container_id="container_000001"))
+    second = [c for c in state.plan.containers if c != "container_000001"][0]
+    mine = proto.ContainerHeartbeat(container_id="container_000001", buffer_server_host="127.0.0.1",
+                                    buffer_server_port=4242)
+    assert not as_container(stub, "ProcessHeartbeat", mine, "container_000001").shutdown
+    assert as_container(stub, "GetInitContext", proto.InitContextRequest(container_id="container_000001"),
+                        "container_000001").container_id == "container_000001"
+    # a leaked container credential cannot speak for another container: no forged heartbeat,
+    # no init context (its buffer-server key), no errors or logs in its name
+    before = state.plan.containers[second].last_heartbeat_millis
+    for method, request in (("ProcessHeartbeat", proto.ContainerHeartbeat(container_id=second)),
+                            ("GetInitContext", proto.InitContextRequest(container_id=second)),
+                            ("ReportError", proto.ReportErrorRequest(container_id=second, msg="forged")),
+                            ("Log", proto.LogRequest(container_id=second, msg="forged"))):
+        with pytest.raises(grpc.RpcError) as err:
+            as_container(stub, method, request, "container_000001")
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED, method
+        assert "does not speak for" in err.value.details()
+    assert state.plan.containers[second].last_heartbeat_millis == before
+    assert not state.info()["errors"]
+    # nor can it be passed off as that container's credential, nor the token's as anyone's
+    for credential in (container_credential(TOKEN, "container_000001"), TOKEN, "", "x" * 64):
+        with pytest.raises(grpc.RpcError) as err:
+            as_container(stub, "ProcessHeartbeat", proto.ContainerHeartbeat(container_id=second), second,
+                         credential=credential)
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert "container 'container_000002'" in caplog.text or second in caplog.text
+    # the right one still works
+    assert not as_container(stub, "ProcessHeartbeat", proto.ContainerHeartbeat(container_id=second), second).shutdown
+    assert first is not None
+
+
+def test_deploy_info_hands_out_buffer_server_credentials_scoped_to_one_stream(umbilical):
+    state, stub, _, _ = umbilical
+    c1 = "container_000001"
+    response = call(stub, "ProcessHeartbeat", proto.ContainerHeartbeat(
+        container_id=c1, buffer_server_host="127.0.0.1", buffer_server_port=4242))
+    split = {d.name: d for d in response.deploy_request}["split"]
+    (out,) = split.outputs
+    key = buffer_server_key(TOKEN, c1)
+    assert out.buffer_server_token == scoped_credential(key, "publish", f"{split.id}.{out.port_name}").encode()
+    c2 = [c for c in state.plan.containers if c != c1][0]
+    response = call(stub, "ProcessHeartbeat", proto.ContainerHeartbeat(
+        container_id=c2, buffer_server_host="127.0.0.1", buffer_server_port=4343))
+    (inp,) = {d.name: d for d in response.deploy_request}["out"].inputs
+    assert (inp.buffer_server_host, inp.buffer_server_port) == ("127.0.0.1", 4242)
+    assert inp.buffer_server_token == scoped_credential(key, "subscribe", f"{split.id}.{out.port_name}").encode()
+    assert inp.buffer_server_token not in (key.encode(), TOKEN.encode(), out.buffer_server_token)
 
 
 def test_malformed_and_oversized_requests_fail_alone(umbilical):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import stat
 import subprocess
 import sys
@@ -119,3 +120,69 @@ def test_a_running_word_count_refuses_strangers_and_keeps_its_secrets(tmp_path):
     wrong = {p: oct(stat.S_IMODE(m)) for p, m in modes.items()
              if stat.S_IMODE(m) != (0o700 if stat.S_ISDIR(m) else 0o600)}
     assert not wrong, wrong
+
+
+@pytest.mark.slow
+def test_one_containers_credential_cannot_forge_another_or_read_its_streams(tmp_path):
+    """Issue 14: a single forged heartbeat with a real container id and no operators used to make
+    the master remove that container's operators. Each container now holds a credential of its
+    own: with container A's, a caller can neither speak for B to the master nor read B's streams
+    from B's buffer server, and the application still counts exactly."""
+    import grpc
+
+    import proto
+    from container.bufferserver import FIRST_WINDOW, BufferServerError, Subscriber
+    from container.secret import buffer_server_key
+
+    out = tmp_path / "out"
+    app_id = launch_detached("specs/wordcount.yaml", "-D", f"operators.reader.path={WORDS}",
+                             "-D", "operators.reader.lines_per_window=5", "-D", f"operators.out.path={out}")
+    final = None
+    try:
+        wait_until(lambda: running_operators(app_id) >= 4, timeout=60, what="operators ACTIVE")
+        token = stram_apps.read_token(app_id)
+        app_path = stram_apps.find_app(app_id)["app_path"]
+        containers = {c["id"]: c for c in admin(app_id, "containers")["containers"]}
+        creds = {cid: (pathlib.Path(app_path) / "credentials" / cid) for cid in containers}
+        assert len(creds) >= 2 and all(p.is_file() for p in creds.values()), creds
+        values = {cid: p.read_text() for cid, p in creds.items()}
+        assert len(set(values.values())) == len(values) and token not in values.values()
+        assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in creds.values())
+        for proc in app_processes(app_id):  # no container is told where the token is
+            if proc.cmdline()[-2:] == ["-m", "container"]:
+                assert "STRAM_TOKEN_FILE" not in proc.environ(), proc.pid
+        a, b = sorted(values)[:2]
+        with open(os.path.join(app_path, "heartbeatUri")) as f:
+            channel = grpc.insecure_channel(f.read().strip())
+        stub = proto.StreamingContainerUmbilicalStub(channel)
+        forged = proto.ContainerHeartbeat(container_id=b)  # "no operators": would undeploy them all
+        for metadata, code in ((((proto.TOKEN_METADATA_KEY, values[a]), (proto.CONTAINER_METADATA_KEY, a)),
+                                grpc.StatusCode.PERMISSION_DENIED),
+                               (((proto.TOKEN_METADATA_KEY, values[a]), (proto.CONTAINER_METADATA_KEY, b)),
+                                grpc.StatusCode.UNAUTHENTICATED),
+                               (((proto.TOKEN_METADATA_KEY, values[a]),), grpc.StatusCode.UNAUTHENTICATED)):
+            with pytest.raises(grpc.RpcError) as err:
+                stub.ProcessHeartbeat(forged, metadata=metadata, timeout=10)
+            assert err.value.code() == code, (metadata, err.value)
+        channel.close()
+        # what A holds does not open B's buffer server: its credential, or the key of its own
+        # buffer server (both derived for A alone)
+        publishers = [(c["buffer_server"], p) for c in containers.values() if c["id"] != a
+                      for p in c["buffer_server_publishers"]]
+        assert publishers, containers
+        address, publisher = publishers[0]
+        host, port = address.rsplit(":", 1)
+        for held in (values[a], buffer_server_key(token, a)):
+            with pytest.raises(BufferServerError, match="wrong token in SUBSCRIBE"):
+                next(Subscriber(host, int(port), held.encode(), publisher, FIRST_WINDOW).messages())
+        assert running_operators(app_id) >= 4 or admin(app_id, "info")["state"] != "RUNNING"
+        final = wait_final(app_id, timeout=180)
+    finally:
+        if final is None and (admin(app_id, "info") or {}).get("state") == "RUNNING":
+            subprocess.run([sys.executable, "-m", "scripts.cli", "kill-app", app_id], cwd=ROOT, timeout=60)
+    assert final["state"] == "SUCCEEDED", final
+    sums, maxima, _ = read_counts(out)
+    truth = word_truth(WORDS)
+    assert sums == truth and maxima == dict(truth)
+    log = open(os.path.join(app_path, "logs", "master.log")).read()
+    assert f"container {a!r}'s credential used for container {b!r}" in log

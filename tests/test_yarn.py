@@ -137,9 +137,9 @@ def test_wordcount_application_spec(tmp_path):
     assert service.max_restarts == 0 and service.allow_failures is True
     assert service.script.splitlines()[-1] == "exec python -m container"
     assert 'python -m appmaster.yarn check-hdfs "$STRAM_APP_PATH"' in service.script
-    assert set(service.files) == {"app", "stram.token"} and "spec.yaml" not in service.files
-    assert service.env == {"PYTHONUNBUFFERED": "1", "STRAM_TOKEN_FILE": "stram.token"}
-    assert token_of(service) == token
+    # containers never get the application's token: each reads a credential of its own under APP_PATH
+    assert set(service.files) == {"app"} and "spec.yaml" not in service.files
+    assert service.env == {"PYTHONUNBUFFERED": "1"}
     # a new token and a new application directory for every launch
     other = yarn.application_spec(spec, str(WORDCOUNT), staging_dir=str(tmp_path / "2"))
     assert token_of(other.master) != token
@@ -948,8 +948,7 @@ def run_on_standin(tmp_path: pathlib.Path, overrides: list[str], during=None, ti
 
     standin = StandInApplicationClient(aspec, tmp_path / "nm", app_id)
     launcher = yarn.YarnLauncher(standin)
-    master = AppMaster(spec, app_id, app_path, token_of(aspec.master), launcher, host="127.0.0.1",
-                       token_file=aspec.master.env["STRAM_TOKEN_FILE"])
+    master = AppMaster(spec, app_id, app_path, token_of(aspec.master), launcher, host="127.0.0.1")
     result: dict[str, Any] = {}
     thread = threading.Thread(target=lambda: result.setdefault("state", master.run()), daemon=True)
     try:
@@ -982,9 +981,12 @@ def test_yarn_launcher_runs_wordcount(tmp_path):
     assert standin.containers and {c["service"] for c in standin.containers.values()} == {"container"}
     for c in standin.containers.values():
         assert (c["dir"] / "app" / "container" / "agent.py").is_file()
-        assert set(c["env"]) >= {"STRAM_CONTAINER_ID", "STRAM_APP_PATH", "STRAM_TOKEN_FILE", "STRAM_APP_ID"}
-        assert "STRAM_TOKEN" not in c["env"]
-        assert (c["dir"] / c["env"]["STRAM_TOKEN_FILE"]).read_text() == token_of(aspec.master)
+        assert set(c["env"]) >= {"STRAM_CONTAINER_ID", "STRAM_APP_PATH", "STRAM_APP_ID"}
+        assert not {"STRAM_TOKEN", "STRAM_TOKEN_FILE"} & set(c["env"])
+        # no container holds the application's token: each has a credential of its own
+        assert not (c["dir"] / "stram.token").exists()
+        assert not any(token_of(aspec.master) in f.read_text(errors="replace")
+                       for f in c["dir"].glob("*") if f.is_file())
     assert all(str(c.state) == "SUCCEEDED" for c in standin.get_containers(states=["SUCCEEDED", "FAILED",
                                                                                  "KILLED", "RUNNING"]))
     # the agents announced the NodeManager's host (NM_HOST), as the script exports it

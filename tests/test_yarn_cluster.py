@@ -57,6 +57,15 @@ def test_wordcount_on_yarn_and_hdfs(on_minicluster, tmp_path):
     assert app_path.startswith(cluster.fs + "/"), (app_path, cluster.fs)
     heartbeat = cluster.hdfs("-cat", f"{app_path}/heartbeatUri").strip()
     assert re.fullmatch(r"[\w.-]+:\d+", heartbeat), heartbeat
+    # everything stram wrote there is its owner's only (umask 077 on HDFS as on a local disk),
+    # each container's own credential included; no container was handed the application's token
+    listing = [line.split() for line in cluster.hdfs("-ls", "-R", app_path).splitlines()
+               if line.startswith(("-", "d"))]
+    modes = {fields[-1][len(app_path):]: fields[0] for fields in listing}
+    assert any(p.startswith("/credentials/container_") for p in modes), modes
+    assert any(p.startswith("/checkpoints/") for p in modes) and "/journal/snapshot" in modes, modes
+    wrong = {p: m for p, m in modes.items() if m.rstrip("+") not in ("-rw-------", "drwx------")}
+    assert not wrong, wrong
 
     # the counts, read back from HDFS, equal a count of the input made here
     out = cluster.get(f"{base}/out", tmp_path / "out")

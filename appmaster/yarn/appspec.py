@@ -147,14 +147,15 @@ def application_spec(spec: Any, spec_path: str | None = None, *, python_env: str
     fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(token)
-    files[TOKEN_FILE] = skein.File(token_file, type="file", visibility="application")
+    # the master's alone: each container reads a credential of its own the master writes under APP_PATH
     master_files = dict(files)
+    master_files[TOKEN_FILE] = skein.File(token_file, type="file", visibility="application")
     master_files[SPEC_FILE] = skein.File(spec_file, type="file")
 
-    common_env = {"PYTHONUNBUFFERED": "1", "STRAM_TOKEN_FILE": TOKEN_FILE}
+    common_env = {"PYTHONUNBUFFERED": "1"}
     if principal and keytab:
         common_env["STRAM_PRINCIPAL"] = principal
-    master_env = dict(common_env, STRAM_APP_PATH=app_path, STRAM_LAUNCHER="yarn",
+    master_env = dict(common_env, STRAM_TOKEN_FILE=TOKEN_FILE, STRAM_APP_PATH=app_path, STRAM_LAUNCHER="yarn",
                       STRAM_USER=_hadoop_user(principal))  # the admin API's modify ACL
     preamble = _script_preamble(activate, bool(app_archive), bool(principal and keytab))
     master_script = "\n".join([

@@ -26,6 +26,7 @@ from container.bufferserver.protocol import (
     MAX_FRAME, BufferServerError, MessageType, ProtocolError, _as_token, _Body, _frame,
 )
 from container.bufferserver.store import Publisher, _flatten, _Stream, _Sub, _wanted
+from container.secret import scoped_credential
 
 __all__ = ["BufferServer"]
 
@@ -67,6 +68,10 @@ def _close_with_error(sock: socket.socket, reason: str) -> None:
         pass
 
 
+#: Requests a scoped credential may make (purge and reset: only the server's owner).
+_SCOPED = {MessageType.PUBLISH: "publish", MessageType.SUBSCRIBE: "subscribe"}
+
+
 # --------------------------------------------------------------------------- server
 
 class BufferServer:
@@ -75,7 +80,10 @@ class BufferServer:
     Parameters
     ----------
     token : bytes
-        Every request must present it (``bufferServerToken``).
+        The server's key (``bufferServerToken`` of the container's init context): its owner's
+        credential, good for every request. A client of anyone else presents a credential
+        scoped to its request and publisher id, ``scoped_credential(key, "publish" |
+        "subscribe", publisher id)`` (:mod:`container.secret`), which the master hands out.
     host, port : str, int
         Address to bind; port 0 picks a free port.
     memory_limit_mb : float
@@ -114,6 +122,14 @@ class BufferServer:
         self._accept_thread: threading.Thread | None = None
         self._stopping = False
         self._dir_ids = itertools.count()
+
+    def _authorized(self, mtype: int, token: bytes, publisher_id: str) -> bool:
+        """``token`` is the server's key, or the credential scoped to this request's publisher."""
+        if hmac.compare_digest(token, self.token):
+            return True
+        action = _SCOPED.get(mtype)
+        return action is not None and hmac.compare_digest(
+            token, scoped_credential(self.token, action, publisher_id).encode())
 
     # -- lifecycle ---------------------------------------------------------
     def start(self) -> tuple[str, int]:
@@ -290,9 +306,9 @@ class BufferServer:
                 raise ProtocolError(f"missing token in {_TYPE_OF[mtype].name} request") from None
             if not token:
                 raise ProtocolError(f"missing token in {_TYPE_OF[mtype].name} request")
-            if not hmac.compare_digest(token, self.token):
-                raise ProtocolError(f"wrong token in {_TYPE_OF[mtype].name} request")
             publisher_id = req.text()
+            if not self._authorized(mtype, token, publisher_id):
+                raise ProtocolError(f"wrong token in {_TYPE_OF[mtype].name} request for {publisher_id!r}")
             if mtype == MessageType.PUBLISH:
                 from_window = req.i64()
                 req.done()
