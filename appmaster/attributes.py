@@ -258,6 +258,10 @@ ATTRIBUTES: dict[str, Attribute] = _table(
          "operators (an output making its last committed windows final; they say so in heartbeats). "
          "A container stopped while still ending makes a SUCCEEDED application FAILED, naming it.",
          _DAG, minimum=1),
+    Attribute("TLS", Kind.BOOL, None,
+              "Encrypt the umbilical and buffer-server connections with TLS under the application's "
+              "own key and certificate, which the master makes (docs/security.md).", _DAG,
+              nullable=True, null_means="on YARN, off locally"),
     Attribute("BUFFER_SPOOLING", Kind.BOOL, True,
               "Spill buffer-server windows to local disk beyond BUFFER_MEMORY_MB "
               "(false: block the publisher).", _DAG),

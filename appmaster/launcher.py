@@ -41,6 +41,9 @@ class ContainerRequest:
 class Launcher(abc.ABC):
     """Starts container agents (``python -m container``) with their environment."""
 
+    #: Whether an application's channels use TLS when its spec does not say (the TLS attribute).
+    tls_by_default = False
+
     @abc.abstractmethod
     def launch(self, request: ContainerRequest) -> tuple[int, float] | None:
         """Start a container; it finds the master through APP_PATH/heartbeatUri.

@@ -33,7 +33,7 @@ from appmaster.state import (AdoptContainer, AdoptContainers, ContainerExited, C
                              KillContainer, LaunchContainer, MasterEvent, MasterState, Note, Reply,
                              ScaleRequest, ShutdownRequest, SplitCheckpoints, Start, Tick,
                              UnknownInstruction)
-from container import apppath, fs, space
+from container import apppath, fs, space, tls
 from container.logsetup import rate_limit
 from container.secret import container_credential
 
@@ -385,7 +385,7 @@ class AppMaster(AddressFiles):
         servicer = UmbilicalServicer(self.dispatch, self.token)
         # only where callers are: 127.0.0.1 locally, the node's address on YARN (STRAM_BIND_HOST overrides)
         bind = os.environ.get("STRAM_BIND_HOST") or self.host
-        self.server, self.port = create_server(servicer, host=bind, port=0)
+        self.server, self.port = create_server(servicer, host=bind, port=0, tls_identity=self._tls_identity())
         from appmaster.admin import start_admin
         self.admin, self.admin_url = start_admin(self, self.host, bind)
         register = getattr(self.launcher, "register_ui", None)
@@ -508,6 +508,15 @@ class AppMaster(AddressFiles):
             self.admin.shutdown()
         if self.server is not None:
             self.server.stop(grace=1.0)
+
+    def _tls_identity(self) -> tls.Identity | None:
+        """The application's TLS identity when TLS is on (made once, kept under APP_PATH/tls for
+        containers and later attempts); None when off, its certificate removed so agents use plain TCP."""
+        wanted = self.spec.attribute("TLS")
+        if wanted if wanted is not None else self.launcher.tls_by_default:
+            return tls.load_or_make_identity(self.app_path, self.app_id)
+        fs.delete(tls.cert_uri(self.app_path))
+        return None
 
     def write_status(self, final: bool = True) -> None:
         """``APP_PATH/status.json``: what list-apps shows once the master is gone.

@@ -150,9 +150,10 @@ class TokenGate(grpc.ServerInterceptor):
 
 
 def create_server(servicer: UmbilicalServicer, host: str = "0.0.0.0", port: int = 0,
-                  workers: int = 8) -> tuple[grpc.Server, int]:
+                  workers: int = 8, tls_identity: Any = None) -> tuple[grpc.Server, int]:
     """A started gRPC server for ``servicer`` and the port it bound (0: a free one); calls without
-    the servicer's token are refused before their requests are parsed (:class:`TokenGate`)."""
+    a credential are refused before their requests are parsed (:class:`TokenGate`). With
+    ``tls_identity`` (:class:`container.tls.Identity`) it serves TLS only."""
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="umbilical"),
         interceptors=[TokenGate(servicer.token)],
@@ -160,7 +161,11 @@ def create_server(servicer: UmbilicalServicer, host: str = "0.0.0.0", port: int 
                  ("grpc.max_send_message_length", 64 << 20),
                  ("grpc.so_reuseport", 0)])
     proto.add_StreamingContainerUmbilicalServicer_to_server(servicer, server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    if tls_identity is not None:
+        from container.tls import grpc_server_credentials
+        bound = server.add_secure_port(f"{host}:{port}", grpc_server_credentials(tls_identity))
+    else:
+        bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"could not bind the umbilical server to {host}:{port}")
     server.start()

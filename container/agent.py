@@ -26,7 +26,7 @@ import psutil
 import proto
 from appmaster.attributes import default as attribute_default
 from container import apppath
-from container import fs, space
+from container import fs, space, tls
 from container.bufferserver.client import Subscriber
 from container.bufferserver.protocol import MessageType
 from container.bufferserver.server import BufferServer
@@ -73,6 +73,8 @@ class Umbilical:
             ((proto.CONTAINER_METADATA_KEY, container_id),) if container_id is not None else ())
         self.timeout = timeout
         self.address = ""
+        #: The application's TLS certificate (None: TLS is off), read with the address.
+        self.cert: bytes | None = None
         self.channel: grpc.Channel | None = None
         self.stub: proto.StreamingContainerUmbilicalStub | None = None
         self._complained: tuple[str, float] = ("", -COMPLAIN_SECONDS)
@@ -106,7 +108,11 @@ class Umbilical:
             if self.channel is not None:
                 self.channel.close()
             self.address = address
-            self.channel = grpc.insecure_channel(address)
+            # TLS when the master keeps a certificate (written before heartbeatUri): trust it alone
+            self.cert = tls.load_certificate(self.app_path)
+            self.channel = (grpc.secure_channel(address, tls.grpc_channel_credentials(self.cert),
+                                                options=tls.GRPC_CHANNEL_OPTIONS)
+                            if self.cert else grpc.insecure_channel(address))
             self.stub = proto.StreamingContainerUmbilicalStub(self.channel)
 
     def call(self, method: str, request: Any, timeout: float | None = None) -> Any:
@@ -124,6 +130,7 @@ class Agent:
         self.work_dir = work_dir or os.path.join(os.getcwd(), f"work-{container_id}")
         #: ``credential``: this container's own (:func:`container.secret.container_credential`)
         self.umbilical = Umbilical(app_path, credential, container_id=container_id)
+        self.tls_client = None
         self.nodes: dict[int, Node] = {}
         #: Operators that shut down: kept for committed() until undeployed.
         self.finished: dict[int, Node] = {}
@@ -161,6 +168,8 @@ class Agent:
         self.context = self._call_with_retry("GetInitContext",
                                              proto.InitContextRequest(container_id=self.container_id))
         ctx = self.context
+        #: What this container's subscribers trust (None: TLS is off): the application's certificate.
+        self.tls_client = tls.client_context(self.umbilical.cert) if self.umbilical.cert else None
         self.interval = ctx.heartbeat_interval_millis / 1000
         space.PAUSES.timeout = float(self.dag_attribute("DISK_FULL_TIMEOUT_SECS"))
         os.makedirs(self.work_dir, exist_ok=True)
@@ -169,7 +178,8 @@ class Agent:
             bind = "127.0.0.1" if self.host in ("127.0.0.1", "localhost") else "0.0.0.0"
             self.buffer_server = BufferServer(
                 token=ctx.buffer_server_token, host=bind, port=0,
-                memory_limit_mb=float(self.dag_attribute("BUFFER_MEMORY_MB")), spool_dir=spool)
+                memory_limit_mb=float(self.dag_attribute("BUFFER_MEMORY_MB")), spool_dir=spool,
+                ssl_context=tls.server_context(tls.load_identity(self.app_path)) if self.umbilical.cert else None)
             _, port = self.buffer_server.start()
             self.buffer_address = (self.host, port)
         self.log(f"container {self.container_id} started (pid {os.getpid()}, buffer server "
@@ -511,7 +521,8 @@ class Agent:
                     publisher=f"{inp.source_node_id}.{inp.source_port_name}",
                     host=inp.buffer_server_host, port_number=inp.buffer_server_port,
                     token=bytes(inp.buffer_server_token), mask=inp.partition_mask,
-                    keys=list(inp.partition_keys), codec=inp.stream_codecs.get(0, "pickle")))
+                    keys=list(inp.partition_keys), codec=inp.stream_codecs.get(0, "pickle"),
+                    tls_cert=self.umbilical.cert))
         for inp in ([] if node.self_checkpointing else info.inputs):
             src = node.add_source(inp.port_name)
             locality = _LOCALITY.get(inp.locality)
@@ -528,7 +539,8 @@ class Agent:
             start = max(node.current_window + 1, int(node.context.attributes.get("RESUME_FROM_WINDOW", 0)))
             sub = Subscriber(inp.buffer_server_host, inp.buffer_server_port, inp.buffer_server_token,
                              f"{inp.source_node_id}.{inp.source_port_name}", start,
-                             mask=inp.partition_mask, keys=list(inp.partition_keys))
+                             mask=inp.partition_mask, keys=list(inp.partition_keys),
+                             ssl_context=self.tls_client)
             node.remote_inputs.append(sub)
             threading.Thread(target=_feed, args=(sub, node, src, codec), daemon=True,
                              name=f"sub-{node.id}-{inp.source_node_id}").start()

@@ -72,6 +72,8 @@ class InputConnection:
     keys: list[int] = field(default_factory=list)
     #: The stream's codec name.
     codec: str = "pickle"
+    #: The application's TLS certificate (PEM) to trust on the buffer server; None: TLS is off.
+    tls_cert: bytes | None = None
 
 
 @dataclass

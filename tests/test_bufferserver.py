@@ -715,3 +715,66 @@ def test_stop_closes_idle_subscribers_quickly():
     assert time.monotonic() - t0 < 1.5
     c.thread.join(2)
     assert not c.thread.is_alive()
+
+
+# ---------------------------------------------------------------- TLS
+
+@pytest.fixture(scope="module")
+def identity():
+    from container import tls
+    return tls.make_identity("app-test")
+
+
+@pytest.fixture
+def tls_server(identity):
+    from container import tls
+    srv = BufferServer(TOKEN, ssl_context=tls.server_context(identity))
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def test_tls_publish_and_subscribe_deliver_the_same_stream(tls_server, identity):
+    from container import tls
+    client = tls.client_context(identity.cert_pem)
+    data = [(M.RESET_WINDOW, BASE)] + windows(range(BASE, BASE + 20), 5, size=3000) + [(M.END_STREAM, None)]
+    live = Collector(Subscriber(tls_server.host, tls_server.port, TOKEN, "9.out", BASE + 10, ssl_context=client))
+    with RemotePublisher(tls_server.host, tls_server.port, TOKEN, "9.out", FIRST_WINDOW, flush_bytes=4096,
+                         ssl_context=client) as pub:
+        publish(pub, data)
+    whole = Collector(Subscriber(tls_server.host, tls_server.port, TOKEN, "9.out", FIRST_WINDOW, ssl_context=client))
+    for c in (live, whole):
+        c.thread.join(5)
+        assert c.error is None
+    assert whole.msgs == data
+    assert live.msgs == windows(range(BASE + 10, BASE + 20), 5, size=3000) + [(M.END_STREAM, None)]
+    purge(tls_server.host, tls_server.port, TOKEN, "9.out", BASE + 5, ssl_context=client)
+
+
+def test_tls_server_refuses_plain_clients_and_strangers_and_keeps_serving(tls_server, identity, caplog):
+    from container import tls
+    caplog.set_level(logging.WARNING, logger="container.bufferserver")
+    publish(tls_server.publisher("p", 0), windows([BASE]) + [(M.END_STREAM, None)])
+    # a client without TLS (even with the key) gets nothing: its request is not a TLS handshake
+    with pytest.raises(BufferServerError, match="connection (closed|lost)"):
+        next(Subscriber(tls_server.host, tls_server.port, TOKEN, "p", FIRST_WINDOW, reconnect=False).messages())
+    assert "TLS handshake failed" in caplog.text
+    # a client that trusts another application's certificate will not talk to this server
+    stranger = tls.client_context(tls.make_identity("other").cert_pem)
+    with pytest.raises(BufferServerError, match="is not this application's"):
+        next(Subscriber(tls_server.host, tls_server.port, TOKEN, "p", FIRST_WINDOW,
+                        ssl_context=stranger).messages())
+    # a TLS client of a plain server fails too (no silent downgrade)
+    plain = BufferServer(TOKEN)
+    plain.start()
+    try:
+        with pytest.raises((BufferServerError, OSError)):
+            RemotePublisher(plain.host, plain.port, TOKEN, "q", FIRST_WINDOW,
+                            ssl_context=tls.client_context(identity.cert_pem), connect_timeout=2)
+    finally:
+        plain.stop()
+    # the server still serves its own
+    good = Collector(Subscriber(tls_server.host, tls_server.port, TOKEN, "p", FIRST_WINDOW,
+                                ssl_context=tls.client_context(identity.cert_pem)))
+    good.thread.join(5)
+    assert good.msgs == windows([BASE]) + [(M.END_STREAM, None)]

@@ -218,3 +218,32 @@ def test_unplanned_operator_is_undeployed_and_missing_one_removed(umbilical):
     out = next(op for op in state.plan.operators.values() if op.name == "out")
     assert not out.inputs
     state.validate_state()
+
+
+def test_umbilical_over_tls_serves_only_clients_that_trust_the_applications_certificate():
+    from container import tls
+    spec = AppSpec.from_yaml(SPEC)
+    state = MasterState(spec, "app-test", "file:///tmp/app-test", TOKEN, 1_700_000_000_000, 0)
+    dispatcher = Dispatcher(state, threading.RLock(), dict.fromkeys(
+        (LaunchContainer, KillContainer, DeleteCheckpoints, Finish), lambda ins: None))
+    identity = tls.make_identity("app-test")
+    server, port = create_server(UmbilicalServicer(dispatcher.dispatch, TOKEN), host="127.0.0.1",
+                                 tls_identity=identity)
+    request = proto.InitContextRequest(container_id="container_000001")
+    try:
+        with grpc.secure_channel(f"127.0.0.1:{port}", tls.grpc_channel_credentials(identity.cert_pem),
+                                 options=tls.GRPC_CHANNEL_OPTIONS) as channel:
+            ctx = as_container(proto.StreamingContainerUmbilicalStub(channel), "GetInitContext", request,
+                               "container_000001")
+            assert ctx.app_id == "app-test"
+        # plain text is not spoken, and a client trusting another certificate does not connect
+        other = tls.make_identity("other")
+        for channel in (grpc.insecure_channel(f"127.0.0.1:{port}"),
+                        grpc.secure_channel(f"127.0.0.1:{port}", tls.grpc_channel_credentials(other.cert_pem),
+                                            options=tls.GRPC_CHANNEL_OPTIONS)):
+            with channel, pytest.raises(grpc.RpcError) as err:
+                as_container(proto.StreamingContainerUmbilicalStub(channel), "GetInitContext", request,
+                             "container_000001")
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        server.stop(None)

@@ -186,3 +186,58 @@ def test_one_containers_credential_cannot_forge_another_or_read_its_streams(tmp_
     assert sums == truth and maxima == dict(truth)
     log = open(os.path.join(app_path, "logs", "master.log")).read()
     assert f"container {a!r}'s credential used for container {b!r}" in log
+
+
+@pytest.mark.slow
+def test_with_tls_a_word_count_speaks_no_plain_text_and_counts_exactly(tmp_path):
+    """``TLS: true`` locally (on YARN it is the default): the master's umbilical and every buffer
+    server speak TLS under the application's own certificate, and nothing in plain text."""
+    import grpc
+
+    import proto
+    from container import tls
+    from container.bufferserver import FIRST_WINDOW, BufferServerError, Subscriber
+    from container.secret import buffer_server_key, container_credential
+
+    out = tmp_path / "out"
+    app_id = launch_detached("specs/wordcount.yaml", "-D", "TLS=true", "-D", f"operators.reader.path={WORDS}",
+                             "-D", "operators.reader.lines_per_window=5", "-D", f"operators.out.path={out}")
+    final = None
+    try:
+        wait_until(lambda: running_operators(app_id) >= 4, timeout=60, what="operators ACTIVE")
+        token = stram_apps.read_token(app_id)
+        app_path = stram_apps.find_app(app_id)["app_path"]
+        cert = pathlib.Path(app_path, "tls", "cert.pem").read_bytes()
+        assert stat.S_IMODE(pathlib.Path(app_path, "tls", "key.pem").stat().st_mode) == 0o600
+        address = pathlib.Path(app_path, "heartbeatUri").read_text().strip()
+        cid = sorted(c["id"] for c in admin(app_id, "containers")["containers"])[0]
+        md = ((proto.TOKEN_METADATA_KEY, container_credential(token, cid)), (proto.CONTAINER_METADATA_KEY, cid))
+        request = proto.InitContextRequest(container_id=cid)
+        with grpc.insecure_channel(address) as channel, pytest.raises(grpc.RpcError) as err:
+            proto.StreamingContainerUmbilicalStub(channel).GetInitContext(request, metadata=md, timeout=10)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        with grpc.secure_channel(address, tls.grpc_channel_credentials(cert), options=tls.GRPC_CHANNEL_OPTIONS) as ch:
+            ctx = proto.StreamingContainerUmbilicalStub(ch).GetInitContext(request, metadata=md, timeout=10)
+        assert ctx.container_id == cid
+        # a buffer server: its own key opens it over TLS, never in plain text
+        servers = [c for c in admin(app_id, "containers")["containers"] if c["buffer_server_publishers"]]
+        assert servers
+        host, port = servers[0]["buffer_server"].rsplit(":", 1)
+        key = buffer_server_key(token, servers[0]["id"]).encode()
+        publisher = next(iter(servers[0]["buffer_server_publishers"]))
+        with pytest.raises(BufferServerError):
+            next(Subscriber(host, int(port), key, publisher, FIRST_WINDOW, reconnect=False).messages())
+        sub = Subscriber(host, int(port), key, publisher, FIRST_WINDOW, reconnect=False,
+                         ssl_context=tls.client_context(cert))
+        try:
+            assert sub.poll(5.0), "no message over TLS"
+        finally:
+            sub.close()
+        final = wait_final(app_id, timeout=180)
+    finally:
+        if final is None and (admin(app_id, "info") or {}).get("state") == "RUNNING":
+            subprocess.run([sys.executable, "-m", "scripts.cli", "kill-app", app_id], cwd=ROOT, timeout=60)
+    assert final["state"] == "SUCCEEDED", final
+    sums, maxima, _ = read_counts(out)
+    truth = word_truth(WORDS)
+    assert sums == truth and maxima == dict(truth)

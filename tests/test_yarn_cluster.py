@@ -63,6 +63,8 @@ def test_wordcount_on_yarn_and_hdfs(on_minicluster, tmp_path):
                if line.startswith(("-", "d"))]
     modes = {fields[-1][len(app_path):]: fields[0] for fields in listing}
     assert any(p.startswith("/credentials/container_") for p in modes), modes
+    # TLS is on by default on YARN: the application's key and certificate are there, owner-only
+    assert {"/tls/key.pem", "/tls/cert.pem"} <= set(modes), modes
     assert any(p.startswith("/checkpoints/") for p in modes) and "/journal/snapshot" in modes, modes
     wrong = {p: m for p, m in modes.items() if m.rstrip("+") not in ("-rw-------", "drwx------")}
     assert not wrong, wrong

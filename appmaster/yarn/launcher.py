@@ -74,6 +74,9 @@ class YarnLauncher(Launcher):
         Skein application master stopping the master script.
     """
 
+    #: A cluster is shared: its channels are encrypted unless the spec says ``TLS: false``.
+    tls_by_default = True
+
     def __init__(self, app_client: Any, services: Mapping[str, tuple[int, int]] | None = None, *,
                  defer_shutdown: bool = False) -> None:
         self.app_client = app_client

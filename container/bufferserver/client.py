@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import ssl
 import threading
 from typing import Iterable, Iterator
 
@@ -22,6 +23,7 @@ from container.bufferserver.protocol import (
     _RESET_WINDOW, _TYPE_OF, _U32, MAX_FRAME, BufferServerError, MessageType, ProtocolError,
     _as_token, encode_publish, encode_purge, encode_reset, encode_subscribe,
 )
+from container.tls import SERVER_NAME
 
 __all__ = ["RemotePublisher", "Subscriber", "purge", "reset"]
 
@@ -29,10 +31,22 @@ __all__ = ["RemotePublisher", "Subscriber", "purge", "reset"]
 log = logging.getLogger("container.bufferserver")
 
 
-def _connect(host: str, port: int, timeout: float) -> socket.socket:
+def _connect(host: str, port: int, timeout: float, ssl_context: ssl.SSLContext | None = None) -> socket.socket:
+    """A connected socket; with ``ssl_context``, TLS to a server that proves it is the application's
+    (:mod:`container.tls`). A server that cannot is refused: :class:`BufferServerError`, not retried."""
     sock = socket.create_connection((host, port), timeout=timeout)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return sock
+    if ssl_context is None:
+        return sock
+    try:
+        return ssl_context.wrap_socket(sock, server_hostname=SERVER_NAME)
+    except ssl.SSLCertVerificationError as exc:
+        sock.close()
+        raise BufferServerError(f"the buffer server at {host}:{port} is not this application's "
+                                f"(TLS: {exc.verify_message})") from None
+    except BaseException:
+        sock.close()
+        raise
 
 
 def _expect_ok(reader: _FrameReader, what: str) -> bytes:
@@ -46,14 +60,15 @@ def _expect_ok(reader: _FrameReader, what: str) -> bytes:
     return body[1:]
 
 
-def _request(host: str, port: int, frame: bytes, what: str, timeout: float) -> bytes:
-    with _connect(host, port, timeout) as sock:
+def _request(host: str, port: int, frame: bytes, what: str, timeout: float,
+             ssl_context: ssl.SSLContext | None = None) -> bytes:
+    with _connect(host, port, timeout, ssl_context) as sock:
         sock.sendall(frame)
         return _expect_ok(_FrameReader(sock, MAX_FRAME, size=4096), what)
 
 
 def purge(host: str, port: int, token: bytes | str, publisher_id: str, window: int,
-          timeout: float = 10.0) -> None:
+          timeout: float = 10.0, ssl_context: ssl.SSLContext | None = None) -> None:
     """Ask a buffer server to drop complete windows ``<= window`` (``publisher_id=""``: all publishers).
 
     Raises
@@ -62,12 +77,14 @@ def purge(host: str, port: int, token: bytes | str, publisher_id: str, window: i
         When the server rejects the request.
     """
     _request(host, port, encode_purge(_as_token(token), publisher_id, window),
-             f"purge {publisher_id!r}", timeout)
+             f"purge {publisher_id!r}", timeout, ssl_context)
 
 
-def reset(host: str, port: int, token: bytes | str, publisher_id: str, timeout: float = 10.0) -> None:
+def reset(host: str, port: int, token: bytes | str, publisher_id: str, timeout: float = 10.0,
+          ssl_context: ssl.SSLContext | None = None) -> None:
     """Ask a buffer server to drop all data of ``publisher_id`` and disconnect its clients."""
-    _request(host, port, encode_reset(_as_token(token), publisher_id), f"reset {publisher_id!r}", timeout)
+    _request(host, port, encode_reset(_as_token(token), publisher_id), f"reset {publisher_id!r}", timeout,
+             ssl_context)
 
 
 class RemotePublisher:
@@ -88,16 +105,18 @@ class RemotePublisher:
         Rewind point, as for :meth:`BufferServer.publisher`.
     flush_bytes : int
         Pending bytes that trigger a send.
+    ssl_context : ssl.SSLContext, optional
+        TLS to the server (:func:`container.tls.client_context`); None: plain TCP.
     """
 
     def __init__(self, host: str, port: int, token: bytes | str, publisher_id: str, from_window: int,
                  *, flush_bytes: int = 1 << 20, connect_timeout: float = 10.0,
-                 max_frame: int = MAX_FRAME) -> None:
+                 max_frame: int = MAX_FRAME, ssl_context: ssl.SSLContext | None = None) -> None:
         self.publisher_id = publisher_id
         self.flush_bytes, self.max_frame = flush_bytes, max_frame
         self._pending: list = []
         self._pending_bytes = 0
-        self._sock = _connect(host, port, connect_timeout)
+        self._sock = _connect(host, port, connect_timeout, ssl_context)
         try:
             self._sock.sendall(encode_publish(_as_token(token), publisher_id, from_window))
             _expect_ok(_FrameReader(self._sock, MAX_FRAME, size=4096), f"publish {publisher_id!r}")
@@ -210,13 +229,17 @@ class Subscriber:
         First and largest delay between reconnect attempts, seconds.
     subscriber_id : str
         Name in the server's logs.
+    ssl_context : ssl.SSLContext, optional
+        TLS to the server (:func:`container.tls.client_context`); None: plain TCP.
     """
 
     def __init__(self, host: str, port: int, token: bytes | str, publisher_id: str, from_window: int,
                  mask: int = 0, keys: Iterable[int] = (), *, reconnect: bool = True,
                  backoff: tuple[float, float] = (0.05, 2.0), subscriber_id: str = "",
-                 connect_timeout: float = 10.0, max_frame: int = MAX_FRAME) -> None:
+                 connect_timeout: float = 10.0, max_frame: int = MAX_FRAME,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.host, self.port, self.token = host, port, _as_token(token)
+        self.ssl_context = ssl_context
         self.publisher_id, self.from_window = publisher_id, from_window
         self.mask, self.keys = mask, tuple(keys)
         self.reconnect, self.backoff = reconnect, backoff
@@ -241,7 +264,7 @@ class Subscriber:
 
     # -- connection --------------------------------------------------------
     def _open(self) -> None:
-        sock = _connect(self.host, self.port, self.connect_timeout)
+        sock = _connect(self.host, self.port, self.connect_timeout, self.ssl_context)
         try:
             sock.sendall(encode_subscribe(self.token, self.publisher_id, self._resume_from,
                                           self.mask, self.keys, self.subscriber_id))

@@ -8,6 +8,7 @@ frames without copying; :func:`_send_buffers` sends many buffers with few
 from __future__ import annotations
 
 import socket
+import ssl
 
 from container.bufferserver.protocol import _LEN, ProtocolError
 
@@ -91,6 +92,9 @@ def _send_buffers(sock: socket.socket, bufs: list) -> None:
     """Send a list of bytes-like objects with as few syscalls as possible."""
     if len(bufs) == 1:
         sock.sendall(bufs[0])
+        return
+    if isinstance(sock, ssl.SSLSocket):  # no sendmsg under TLS: one record stream of the joined bytes
+        sock.sendall(b"".join(bufs))
         return
     bufs = list(bufs)
     i, n = 0, len(bufs)

@@ -14,8 +14,10 @@ import itertools
 import logging
 import os
 import re
+import select
 import shutil
 import socket
+import ssl
 import tempfile
 import threading
 import time
@@ -46,6 +48,8 @@ def _peer_name(sock: socket.socket) -> str:
 
 def _readable(sock: socket.socket) -> bool:
     """True when the peer sent data or closed (a subscriber must do neither)."""
+    if isinstance(sock, ssl.SSLSocket):  # no recv flags under TLS: any record counts
+        return bool(sock.pending()) or bool(select.select([sock], [], [], 0)[0])
     try:
         sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
     except BlockingIOError:
@@ -64,7 +68,7 @@ def _close_with_error(sock: socket.socket, reason: str) -> None:
         for _ in range(64):
             if not sock.recv(65536, socket.MSG_DONTWAIT):
                 break
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a TLS socket (no recv flags)
         pass
 
 
@@ -94,7 +98,9 @@ class BufferServer:
     max_frame : int
         Largest frame length accepted; a longer length closes the connection.
     handshake_timeout : float
-        Seconds a new connection has to send its request.
+        Seconds a new connection has to send its request (and to finish its TLS handshake).
+    ssl_context : ssl.SSLContext, optional
+        Serve TLS (:func:`container.tls.server_context`); None: plain TCP.
 
     Notes
     -----
@@ -105,8 +111,10 @@ class BufferServer:
 
     def __init__(self, token: bytes | str, host: str = "127.0.0.1", port: int = 0,
                  memory_limit_mb: float = 64, spool_dir: str | None = None,
-                 max_frame: int = MAX_FRAME, handshake_timeout: float = 10.0) -> None:
+                 max_frame: int = MAX_FRAME, handshake_timeout: float = 10.0,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.token = _as_token(token)
+        self.ssl_context = ssl_context
         self.host, self.port = host, port
         self.memory_limit = int(memory_limit_mb * (1 << 20))
         self.max_frame = max_frame
@@ -280,8 +288,31 @@ class BufferServer:
                 self._conns[conn] = t
             t.start()
 
+    def _tls(self, sock: socket.socket, peer: str) -> ssl.SSLSocket | None:
+        """``sock`` after the TLS handshake (it replaces ``sock`` among the connections); None
+        when the handshake failed (logged, rate-limited; ``sock`` closed)."""
+        sock.settimeout(self.handshake_timeout)
+        try:
+            wrapped = self.ssl_context.wrap_socket(sock, server_side=True)  # type: ignore[union-attr]
+        except (OSError, ValueError) as e:
+            log.warning("buffer server: refused connection from %s: TLS handshake failed: %s", peer, e)
+            with self._lock:
+                self._conns.pop(sock, None)
+            sock.close()
+            return None
+        with self._lock:
+            thread = self._conns.pop(sock, None)
+            if thread is not None:
+                self._conns[wrapped] = thread
+        return wrapped
+
     def _serve(self, sock: socket.socket) -> None:
         peer = _peer_name(sock)
+        if self.ssl_context is not None:
+            wrapped = self._tls(sock, peer)
+            if wrapped is None:
+                return
+            sock = wrapped
         reader = _FrameReader(sock, min(self.max_frame, _MAX_REQUEST), size=64 << 10)
         try:
             sock.settimeout(self.handshake_timeout)

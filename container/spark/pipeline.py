@@ -49,6 +49,8 @@ class _Upstream:
     mask: int
     keys: list[int]
     codec: str
+    #: The application's certificate to trust (PEM); None: TLS is off.
+    tls_cert: bytes | None = None
     window: int | None = None
     changed: float = 0.0
     ended: int | None = None
@@ -209,7 +211,7 @@ class SparkPipeline(_QueryDriver, InputOperator):
                     f"SparkPipeline reads its inputs from buffer servers; drop the stream's locality")
             ups.append(_Upstream(port=inp.port, source=inp.source_node_id, publisher=inp.publisher,
                                  host=inp.host, port_number=inp.port_number, token=inp.token, mask=inp.mask,
-                                 keys=list(inp.keys), codec=inp.codec))
+                                 keys=list(inp.keys), codec=inp.codec, tls_cert=inp.tls_cert))
         if not ups and self.spark_committed < 0:
             raise FatalError(f"SparkPipeline {self._label}: no input stream is connected")
         if not ups:  # restored after every upstream ended and was removed: only finish the query
@@ -302,7 +304,9 @@ class SparkPipeline(_QueryDriver, InputOperator):
                 "read_timeout": self.read_timeout, "connect_timeout": 10.0,
                 "ports": {p: [{"publisher": u.publisher, "source": u.source, "host": u.host,
                                "port_number": u.port_number, "token": u.token.hex(), "mask": u.mask,
-                               "keys": u.keys, "codec": u.codec} for u in self._upstreams if u.port == p]
+                               "keys": u.keys, "codec": u.codec,
+                               "tls_cert": u.tls_cert.decode() if u.tls_cert else None}
+                              for u in self._upstreams if u.port == p]
                           for p in self._ports()},
                 "windows": {str(u.source): u.window for u in self._upstreams if u.window is not None},
                 "ended": {str(u.source): u.ended for u in self._upstreams if u.ended is not None},
@@ -369,7 +373,7 @@ class SparkPipeline(_QueryDriver, InputOperator):
 
     def _probe_upstream(self, up: _Upstream) -> None:
         ended, window = probe_end_of_stream(up.host, up.port_number, up.token, up.publisher,
-                                            int(up.window))  # type: ignore[arg-type]
+                                            int(up.window), tls_cert=up.tls_cert)  # type: ignore[arg-type]
         with self._lock:
             up.probed = time.monotonic()
             if ended and up.ended is None:

@@ -54,7 +54,7 @@ class StramPartition(InputPartition):
 
     def __init__(self, port: str, publisher: str, host: str, port_number: int, token: str, mask: int,
                  keys: list[int], codec: str, start: int, end: int, operator: str,
-                 read_timeout: float, connect_timeout: float) -> None:
+                 read_timeout: float, connect_timeout: float, tls_cert: str | None = None) -> None:
         self.port = port
         self.publisher = publisher
         self.host = host
@@ -68,6 +68,7 @@ class StramPartition(InputPartition):
         self.operator = operator
         self.read_timeout = read_timeout
         self.connect_timeout = connect_timeout
+        self.tls_cert = tls_cert  # PEM; None: TLS is off
         super().__init__((publisher, start, end))
 
     def __repr__(self) -> str:
@@ -111,7 +112,8 @@ class StramStreamReader(DataSourceStreamReader):
         state = self.channel.read_state()
         return [StramPartition(self.port, p["publisher"], p["host"], int(p["port_number"]), p["token"],
                                int(p["mask"]), list(p["keys"]), p["codec"], lo, hi, state["operator"],
-                               float(state.get("read_timeout", 60.0)), float(state.get("connect_timeout", 10.0)))
+                               float(state.get("read_timeout", 60.0)), float(state.get("connect_timeout", 10.0)),
+                               p.get("tls_cert"))
                 for p in state["ports"].get(self.port, [])]
 
     def read(self, partition: StramPartition) -> Iterator[Any]:
@@ -190,7 +192,8 @@ def read_partition(partition: StramPartition, schema: Any) -> Iterator[Any]:
     codec = get_codec(p.codec)
     sub = Subscriber(p.host, p.port_number, bytes.fromhex(p.token), p.publisher, p.start + 1,
                      mask=p.mask, keys=p.keys, reconnect=False, connect_timeout=p.connect_timeout,
-                     subscriber_id=f"spark:{p.operator}:{os.getpid()}")
+                     subscriber_id=f"spark:{p.operator}:{os.getpid()}",
+                     ssl_context=_client_context(p.tls_cert.encode() if p.tls_cert else None))
     PAYLOAD, END_WINDOW, BEGIN_WINDOW, END_STREAM = (MessageType.PAYLOAD, MessageType.END_WINDOW,
                                                      MessageType.BEGIN_WINDOW, MessageType.END_STREAM)
     rows: list = []
@@ -245,8 +248,17 @@ def read_partition(partition: StramPartition, schema: Any) -> Iterator[Any]:
         sub.close()  # also closes the connection
 
 
+def _client_context(cert: bytes | None) -> Any:
+    """The TLS client context trusting the application's certificate; None when TLS is off."""
+    if cert is None:
+        return None
+    from container.tls import client_context
+    return client_context(cert)
+
+
 def probe_end_of_stream(host: str, port_number: int, token: bytes, publisher: str, after_window: int,
-                        wait: float = 0.6, connect_timeout: float = 2.0) -> tuple[bool | None, int]:
+                        wait: float = 0.6, connect_timeout: float = 2.0,
+                        tls_cert: bytes | None = None) -> tuple[bool | None, int]:
     """Whether a publisher's stream ended after ``after_window``, or goes on.
 
     Subscribes from ``after_window + 1`` with a partition filter no payload
@@ -261,6 +273,8 @@ def probe_end_of_stream(host: str, port_number: int, token: bytes, publisher: st
         A window the publisher has finished (the master's view of it).
     wait, connect_timeout : float
         Seconds to read, and to connect.
+    tls_cert : bytes, optional
+        The application's certificate when TLS is on.
 
     Returns
     -------
@@ -275,7 +289,8 @@ def probe_end_of_stream(host: str, port_number: int, token: bytes, publisher: st
     from container.bufferserver.protocol import BufferServerError, MessageType
 
     sub = Subscriber(host, port_number, token, publisher, after_window + 1, mask=0xFFFFFFFF, keys=(),
-                     reconnect=False, connect_timeout=connect_timeout, subscriber_id=f"spark-probe:{os.getpid()}")
+                     reconnect=False, connect_timeout=connect_timeout, subscriber_id=f"spark-probe:{os.getpid()}",
+                     ssl_context=_client_context(tls_cert))
     deadline = time.monotonic() + wait
     try:
         while True:
