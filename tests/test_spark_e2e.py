@@ -69,11 +69,13 @@ def _poll(app_id: str) -> dict | None:
 
 @pytest.mark.slow
 @pytest.mark.spark
-def test_clickstream_output_equals_direct_computation(tmp_path):
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+def test_clickstream_output_equals_direct_computation(tmp_path, tls):
+    """With TLS, Spark's tasks read the buffer servers over TLS too (trusting the application's cert)."""
     gen = dict(seed=11, rate=1000, events=20000, users=300, pages=40, speedup=10)
     out = tmp_path / "out"
     app_id = launch_detached("specs/clickstream.yaml", "-D", f"operators.analytics.output_path={out}",
-                    *generator_args(**gen))
+                             "-D", f"TLS={'true' if tls else 'false'}", *generator_args(**gen))
     app = wait_final(app_id, 240)
     assert app["state"] == "SUCCEEDED", app.get("diagnostics")
     assert_output_equals_direct(out, gen)
