@@ -1,6 +1,7 @@
 """Tuples per second between two operators over each stream path (run on demand).
 
     python bench/bench_transfer.py [--tuples N]
+    python bench/bench_transfer.py --tls [--repeat R]   # buffer-server paths, TLS off and on
 
 Launches real local applications (master, agents, buffer servers) with a
 BlastSource feeding a CountSink (per-tuple operators, then batch operators:
@@ -8,6 +9,10 @@ BlastSource feeding a CountSink (per-tuple operators, then batch operators:
 separate-container (buffer server) streams, for 64-byte and 4 KiB strings and
 Arrow batches of 64-byte rows, and prints tuples/s and the containers' peak
 RSS. Rates are measured at the sink, from its first to its last tuple.
+
+``--tls`` runs only the buffer-server paths, each with the application's TLS
+off and on in turn (``R`` rounds, interleaved), and prints the median rates
+and their ratio.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 SPEC = """
 name: bench-{name}
 attributes: {{STREAMING_WINDOW_SIZE_MILLIS: 200, HEARTBEAT_INTERVAL_MILLIS: 500, CHECKPOINT_WINDOW_COUNT: 1000,
-             BUFFER_MEMORY_MB: 512}}
+             BUFFER_MEMORY_MB: 512, TLS: {tls}}}
 operators:
   source: {{class: "bench.bench_ops:BlastSource", properties: {{count: {count}, size: {size}, arrow: {arrow}, batch: {batch}, batched: {batched}}}}}
   sink: {{class: "bench.bench_ops:{sink}", properties: {{result: "{result}"}}}}
@@ -53,7 +58,7 @@ def peak_rss(app_home: str, stop: threading.Event, out: dict) -> None:
 
 
 def run(name: str, count: int, size: int, locality: str | None, arrow: bool = False,
-        batched: bool = False) -> dict:
+        batched: bool = False, tls: bool = False) -> dict:
     home = tempfile.mkdtemp(prefix="stram-bench-")
     result = os.path.join(home, "result.json")
     spec = os.path.join(home, "spec.yaml")
@@ -62,7 +67,7 @@ def run(name: str, count: int, size: int, locality: str | None, arrow: bool = Fa
                             batch=1000 if arrow else 4096, result=result, batched=str(batched).lower(),
                             sink="RowCountSink" if arrow else "BatchCountSink" if batched else "CountSink",
                             locality=f", locality: {locality}" if locality else "",
-                            codec=", codec: arrow" if arrow else ""))
+                            codec=", codec: arrow" if arrow else "", tls=str(tls).lower()))
     env = dict(os.environ, STRAM_HOME=home, STRAM_LOG_LEVEL="WARNING")
     rss: dict = {}
     stop = threading.Event()
@@ -83,8 +88,13 @@ def run(name: str, count: int, size: int, locality: str | None, arrow: bool = Fa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tuples", type=int, default=3_000_000, help="64-byte tuples per run")
+    parser.add_argument("--tls", action="store_true", help="buffer-server paths only, TLS off and on side by side")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds of --tls (default 3)")
     args = parser.parse_args()
     n = args.tuples
+    if args.tls:
+        compare_tls(n, args.repeat)
+        return
     cases = [
         ("THREAD_LOCAL 64B", n, 64, "THREAD_LOCAL", False),
         ("CONTAINER_LOCAL 64B", n, 64, "CONTAINER_LOCAL", False),
@@ -106,6 +116,24 @@ def main() -> None:
         ref = apex.get(r["name"])
         ratio = f"{r['rate'] / ref:8.2f}x" if ref else ""
         print(f"{r['name']:<30} {r['tuples']:>11,} {r['rate']:>13,.0f} {ratio:>9}  {r['peak_rss_mb']}", flush=True)
+
+
+def compare_tls(n: int, rounds: int) -> None:
+    """Each buffer-server path with TLS off, then on, ``rounds`` times; medians and their ratio."""
+    import statistics
+
+    cases = [("buffer server 64B batch ops", n, 64, None, False, True),
+             ("buffer server 4KiB batch ops", n // 10, 4096, None, False, True),
+             ("buffer server Arrow 64B rows", n * 4, 64, None, True, False)]
+    print(f"{'path':<30} {'plain tuples/s':>15} {'TLS tuples/s':>13} {'TLS/plain':>10}  {'TLS MB/s':>9}")
+    for name, count, size, locality, arrow, batched in cases:
+        rates: dict[bool, list[float]] = {False: [], True: []}
+        for _ in range(rounds):
+            for tls in (False, True):
+                rates[tls].append(run(name, count, size, locality, arrow, batched, tls)["rate"])
+        plain, secure = statistics.median(rates[False]), statistics.median(rates[True])
+        print(f"{name:<30} {plain:>15,.0f} {secure:>13,.0f} {secure / plain:>10.2f}  "
+              f"{secure * size / 1e6:>9,.0f}", flush=True)
 
 
 if __name__ == "__main__":
