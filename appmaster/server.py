@@ -110,16 +110,18 @@ class TokenGate(grpc.ServerInterceptor):
 
     A call carries a container's own credential with that container's id
     (metadata ``stram-token`` and ``stram-container``), or the application token
-    alone (the master's own tools). The refusal handler takes the request as raw
-    bytes (no deserializer), so a flood of unauthenticated calls costs the master
-    no protobuf objects. It is the only credential check: the servicer is served
+    alone (the master's own tools). The refusal handler never reads the request,
+    and :func:`create_server` keeps the flow-control window small, so a flood of
+    unauthenticated calls costs the master neither their bodies nor protobuf objects. It is the only credential check: the servicer is served
     through :func:`create_server` alone, and checks that a container's call is
     about that container (:meth:`UmbilicalServicer._as_caller`).
     """
 
     def __init__(self, token: str) -> None:
         self.token = token
-        self._refuse = grpc.unary_unary_rpc_method_handler(self._refused)
+        # a request-streaming handler that never reads its requests: the refused call's body is
+        # not received beyond HTTP/2's flow-control window, let alone parsed or kept
+        self._refuse = grpc.stream_unary_rpc_method_handler(self._refused)
 
     def admits(self, metadata: Any) -> bool:
         """Whether ``metadata`` (gRPC invocation metadata) carries a valid credential."""
@@ -139,7 +141,7 @@ class TokenGate(grpc.ServerInterceptor):
         return continuation(details) if self.admits(details.invocation_metadata) else self._refuse
 
     @staticmethod
-    def _refused(request: bytes, context: grpc.ServicerContext) -> Any:
+    def _refused(requests: Any, context: grpc.ServicerContext) -> Any:
         md = dict(context.invocation_metadata())
         supplied, container = md.get(proto.TOKEN_METADATA_KEY, ""), md.get(proto.CONTAINER_METADATA_KEY)
         what = "missing" if not supplied else "wrong"
@@ -158,6 +160,9 @@ def create_server(servicer: UmbilicalServicer, host: str = "0.0.0.0", port: int 
         futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="umbilical"),
         interceptors=[TokenGate(servicer.token)],
         options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                 # the flow-control window stays small (heartbeats are KBs): an unauthenticated
+                 # caller cannot make the server take in megabytes before it is refused
+                 ("grpc.http2.bdp_probe", 0),
                  ("grpc.max_send_message_length", 64 << 20),
                  ("grpc.so_reuseport", 0)])
     proto.add_StreamingContainerUmbilicalServicer_to_server(servicer, server)

@@ -1,8 +1,11 @@
 """A flood of unauthenticated 4 MiB calls is refused without the umbilical server's memory or log growing with it.
 
-2,000 calls carry 8 GB of requests; the server's resident memory may grow by its
-allocator's working set (22-79 MiB measured, glibc arenas holding freed gRPC
-buffers) but not with the flood, and its log stays within a cap.
+2,000 calls carry 8 GB of requests; the server's resident memory stays within
+50 MiB of where it started (1.2-1.8 MiB measured) and its log within a cap. The
+server refuses a call without a credential from its headers, with a handler
+that never reads the request, and keeps HTTP/2's flow-control window small
+(no BDP probing): a refused call's body is not taken in beyond 64 KiB. With
+either measure alone, 18-164 MiB were measured.
 
 The server (appmaster.server, the master's own) runs in a process of its own so
 that its resident memory is measured alone; the flood comes from this process
@@ -71,7 +74,7 @@ def test_unauthenticated_4mib_calls_leave_the_masters_memory_and_log_flat(tmp_pa
             codes = list(pool.map(call, ["wrong" if i % 2 else None for i in range(CALLS)]))
         after = psutil.Process(server.pid).memory_info().rss
         assert set(codes) == {grpc.StatusCode.UNAUTHENTICATED}
-        assert after - before < 150 << 20, f"RSS grew {(after - before) >> 20} MiB"
+        assert after - before < 50 << 20, f"RSS grew {(after - before) >> 20} MiB"
         # the server still serves the token's holder: a garbled heartbeat with the token is parsed (and refused
         # as not protobuf), an init context for an unknown container is NOT_FOUND
         init = channel.unary_unary("/stram.StreamingContainerUmbilical/GetInitContext",
