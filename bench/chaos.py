@@ -1,7 +1,7 @@
 """A chaos soak: partitioned word counts under random faults must end SUCCEEDED with exact output.
 
     python bench/chaos.py --runs N --seed S [--mode exactly_once|at_least_once|both]
-                          [--no-disk] [--keep] [--timeout T]
+                          [--no-disk] [--keep] [--timeout T] [--tls]
 
 Run ``i`` uses seed ``S + i``; everything about it comes from a
 ``random.Random`` of that seed: the input text, the partition counts, the mode
@@ -334,7 +334,7 @@ def _state(app_id: str) -> str:
 
 
 def run_one(seed: int, mode: str, work: pathlib.Path, *, disk: bool = True, timeout: float = 240.0,
-            log: Callable[[str], None] = lambda s: None) -> RunResult:
+            log: Callable[[str], None] = lambda s: None, tls: bool = False) -> RunResult:
     """One chaos run in ``work`` (a fresh directory): launch, inject, wait, check; its result.
 
     Sets ``STRAM_HOME`` to ``work/home`` in this process's environment while it runs.
@@ -367,7 +367,8 @@ def run_one(seed: int, mode: str, work: pathlib.Path, *, disk: bool = True, time
     os.environ["STRAM_HOME"] = str(work / "home")
     t0 = time.monotonic()
     try:
-        launched = subprocess.run([sys.executable, "-m", "scripts.cli", "launch", "--detach", str(spec)],
+        launched = subprocess.run([sys.executable, "-m", "scripts.cli", "launch", "--detach", str(spec),
+                                   *(("-D", "TLS=true") if tls else ())],
                                   cwd=ROOT, capture_output=True, text=True, env=dict(os.environ))
         if launched.returncode != 0:
             result.result, result.detail = "failed", f"launch failed: {launched.stderr.strip()[-500:]}"
@@ -438,7 +439,7 @@ def _wait_exit(app_id: str, seconds: float) -> list[str]:
 # ---------------------------------------------------------------- the soak
 
 def soak(runs: int, seed: int, mode: str = "both", *, disk: bool = True, keep: bool = False,
-         timeout: float = 240.0, out: Callable[[str], None] = print) -> list[RunResult]:
+         timeout: float = 240.0, out: Callable[[str], None] = print, tls: bool = False) -> list[RunResult]:
     """``runs`` runs from ``seed`` on, each printed as it ends; every result."""
     results = []
     for i in range(runs):
@@ -446,7 +447,7 @@ def soak(runs: int, seed: int, mode: str = "both", *, disk: bool = True, keep: b
         m = mode if mode != "both" else ("exactly_once" if s % 2 == 0 else "at_least_once")
         work = pathlib.Path(tempfile.mkdtemp(prefix=f"stram-chaos-{s}-"))
         try:
-            r = run_one(s, m, work, disk=disk, timeout=timeout)
+            r = run_one(s, m, work, disk=disk, timeout=timeout, tls=tls)
         except Exception as exc:  # noqa: BLE001 - a soak error ends this run, not the soak
             r = RunResult(s, MODES[m], "failed", detail=f"the soak itself failed: {exc!r}")
         results.append(r)
@@ -458,7 +459,7 @@ def soak(runs: int, seed: int, mode: str = "both", *, disk: bool = True, keep: b
     return results
 
 
-def summary(results: list[RunResult], disk: bool) -> str:
+def summary(results: list[RunResult], disk: bool, tls: bool = False) -> str:
     counts = {k: sum(1 for r in results if r.result == k) for k in ("exact", "wrong", "hung", "failed")}
     text = (f"runs {len(results)} / exact {counts['exact']} / wrong {counts['wrong']} / "
             f"hung {counts['hung']} / failed {counts['failed']}")
@@ -466,7 +467,7 @@ def summary(results: list[RunResult], disk: bool) -> str:
         if r.result != "exact":
             mode = [k for k, v in MODES.items() if v == r.mode][0]
             text += (f"\n  seed {r.seed} {r.result}: python bench/chaos.py --runs 1 --seed {r.seed} "
-                     f"--mode {mode}{'' if disk else ' --no-disk'}")
+                     f"--mode {mode}{'' if disk else ' --no-disk'}{' --tls' if tls else ''}")
     return text
 
 
@@ -478,6 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-disk", action="store_true", help="no full-disk fault")
     parser.add_argument("--keep", action="store_true", help="keep every run's directory (default: failed only)")
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds a run may take (default 240)")
+    parser.add_argument("--tls", action="store_true", help="the applications run with TLS on (-D TLS=true)")
     args = parser.parse_args(argv)
     if args.runs < 1 or args.timeout <= 0:
         parser.error("--runs and --timeout must be positive")
@@ -485,8 +487,8 @@ def main(argv: list[str] | None = None) -> int:
     if disk and os.geteuid() != 0:
         print("note: not root, so no tmpfs can be mounted: the full-disk fault is skipped", flush=True)
     results = soak(args.runs, args.seed, args.mode, disk=disk, keep=args.keep, timeout=args.timeout,
-                   out=lambda s: print(s, flush=True))
-    print(summary(results, disk))
+                   out=lambda s: print(s, flush=True), tls=args.tls)
+    print(summary(results, disk, args.tls))
     return 0 if all(r.result == "exact" for r in results) else 1
 
 
