@@ -12,6 +12,7 @@ file ``0600``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -64,13 +65,30 @@ def secrets_in_processes(app_id: str, token: str) -> tuple[int, list[str]]:
     return seen, leaks
 
 
-@pytest.mark.slow
-def test_a_running_word_count_refuses_strangers_and_keeps_its_secrets(tmp_path):
+@contextlib.contextmanager
+def counted_exactly(tmp_path, lines_per_window: int, *args: str):
+    """Launch the word count of WORDS (with ``args``); the block runs while it runs; then the
+    application must end SUCCEEDED with counts equal to a count made here (killed if the block fails)."""
     out = tmp_path / "out"
-    app_id = launch_detached("specs/wordcount.yaml", "-D", f"operators.reader.path={WORDS}",
-                             "-D", "operators.reader.lines_per_window=10", "-D", f"operators.out.path={out}")
+    app_id = launch_detached("specs/wordcount.yaml", *args, "-D", f"operators.reader.path={WORDS}",
+                             "-D", f"operators.reader.lines_per_window={lines_per_window}",
+                             "-D", f"operators.out.path={out}")
     final = None
     try:
+        yield app_id
+        final = wait_final(app_id, timeout=180)
+    finally:
+        if final is None and (admin(app_id, "info") or {}).get("state") == "RUNNING":
+            subprocess.run([sys.executable, "-m", "scripts.cli", "kill-app", app_id], cwd=ROOT, timeout=60)
+    assert final["state"] == "SUCCEEDED", final
+    sums, maxima, _ = read_counts(out)
+    truth = word_truth(WORDS)
+    assert sums == truth and maxima == dict(truth)
+
+
+@pytest.mark.slow
+def test_a_running_word_count_refuses_strangers_and_keeps_its_secrets(tmp_path):
+    with counted_exactly(tmp_path, 10) as app_id:
         base = wait_until(lambda: stram_apps.find_app(app_id).get("admin_url"), what="admin URL")
         assert base.startswith("http://127.0.0.1:"), base                 # bound to the loopback only
         token = stram_apps.read_token(app_id)
@@ -101,14 +119,6 @@ def test_a_running_word_count_refuses_strangers_and_keeps_its_secrets(tmp_path):
                      if c.status == psutil.CONN_LISTEN]
         loopback = ("127.0.0.1", "::ffff:127.0.0.1", "::1")
         assert len(listening) >= 3 and all(addr.ip in loopback for _, addr in listening), listening
-        final = wait_final(app_id, timeout=180)
-    finally:
-        if final is None and (admin(app_id, "info") or {}).get("state") == "RUNNING":
-            subprocess.run([sys.executable, "-m", "scripts.cli", "kill-app", app_id], cwd=ROOT, timeout=60)
-    assert final["state"] == "SUCCEEDED", final
-    sums, maxima, _ = read_counts(out)
-    truth = word_truth(WORDS)
-    assert sums == truth and maxima == dict(truth)
     # everything under APP_PATH is its owner's only
     modes = {}
     for root, dirs, files in os.walk(app_path):
@@ -134,11 +144,7 @@ def test_one_containers_credential_cannot_forge_another_or_read_its_streams(tmp_
     from container.bufferserver import FIRST_WINDOW, BufferServerError, Subscriber
     from container.secret import buffer_server_key
 
-    out = tmp_path / "out"
-    app_id = launch_detached("specs/wordcount.yaml", "-D", f"operators.reader.path={WORDS}",
-                             "-D", "operators.reader.lines_per_window=5", "-D", f"operators.out.path={out}")
-    final = None
-    try:
+    with counted_exactly(tmp_path, 5) as app_id:
         wait_until(lambda: running_operators(app_id) >= 4, timeout=60, what="operators ACTIVE")
         token = stram_apps.read_token(app_id)
         app_path = stram_apps.find_app(app_id)["app_path"]
@@ -176,14 +182,6 @@ def test_one_containers_credential_cannot_forge_another_or_read_its_streams(tmp_
             with pytest.raises(BufferServerError, match="wrong token in SUBSCRIBE"):
                 next(Subscriber(host, int(port), held.encode(), publisher, FIRST_WINDOW).messages())
         assert running_operators(app_id) >= 4 or admin(app_id, "info")["state"] != "RUNNING"
-        final = wait_final(app_id, timeout=180)
-    finally:
-        if final is None and (admin(app_id, "info") or {}).get("state") == "RUNNING":
-            subprocess.run([sys.executable, "-m", "scripts.cli", "kill-app", app_id], cwd=ROOT, timeout=60)
-    assert final["state"] == "SUCCEEDED", final
-    sums, maxima, _ = read_counts(out)
-    truth = word_truth(WORDS)
-    assert sums == truth and maxima == dict(truth)
     log = open(os.path.join(app_path, "logs", "master.log")).read()
     assert f"container {a!r}'s credential used for container {b!r}" in log
 
@@ -199,11 +197,7 @@ def test_with_tls_a_word_count_speaks_no_plain_text_and_counts_exactly(tmp_path)
     from container.bufferserver import FIRST_WINDOW, BufferServerError, Subscriber
     from container.secret import buffer_server_key, container_credential
 
-    out = tmp_path / "out"
-    app_id = launch_detached("specs/wordcount.yaml", "-D", "TLS=true", "-D", f"operators.reader.path={WORDS}",
-                             "-D", "operators.reader.lines_per_window=5", "-D", f"operators.out.path={out}")
-    final = None
-    try:
+    with counted_exactly(tmp_path, 5, "-D", "TLS=true") as app_id:
         wait_until(lambda: running_operators(app_id) >= 4, timeout=60, what="operators ACTIVE")
         token = stram_apps.read_token(app_id)
         app_path = stram_apps.find_app(app_id)["app_path"]
@@ -233,11 +227,3 @@ def test_with_tls_a_word_count_speaks_no_plain_text_and_counts_exactly(tmp_path)
             assert sub.poll(5.0), "no message over TLS"
         finally:
             sub.close()
-        final = wait_final(app_id, timeout=180)
-    finally:
-        if final is None and (admin(app_id, "info") or {}).get("state") == "RUNNING":
-            subprocess.run([sys.executable, "-m", "scripts.cli", "kill-app", app_id], cwd=ROOT, timeout=60)
-    assert final["state"] == "SUCCEEDED", final
-    sums, maxima, _ = read_counts(out)
-    truth = word_truth(WORDS)
-    assert sums == truth and maxima == dict(truth)
