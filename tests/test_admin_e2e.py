@@ -79,14 +79,27 @@ def test_metrics_agree_with_the_operators_api_and_with_the_input(tmp_path):
     words = sum(word_truth(WORDS).values())
     app_id = launch_detached(wordcount_spec(tmp_path))
     try:
+        counters = ("tuples_processed_total", "tuples_in_total", "tuples_out_total", "restarts")
+        last: list = [None]
+
         def settled() -> list | None:
+            # every operator's totals final: the input's lines and words everywhere, and two reads
+            # in a row alike (one container's heartbeat may still be on its way after another's)
             rows = (admin(app_id, "operators") or {}).get("operators", [])
-            by_name: dict[str, int] = {}
+            sums: dict[tuple[str, str], int] = {}
             for r in rows:
-                by_name[r["name"]] = by_name.get(r["name"], 0) + r["tuples_in_total"]
-            done = any(r["name"] == "reader" and r["tuples_out_total"] == lines for r in rows)
-            return rows if done and by_name.get("count") == words else None
-        wait_until(settled, timeout=90, what="every word counted")
+                for key in counters:
+                    sums[r["name"], key] = sums.get((r["name"], key), 0) + r[key]
+            seen = sorted((r["id"], *(r[k] for k in counters)) for r in rows)
+            same, last[0] = seen == last[0], seen
+            final = (sums.get(("reader", "tuples_out_total")) == lines
+                     and sums.get(("reader", "tuples_processed_total")) == lines
+                     and sums.get(("split", "tuples_processed_total")) == lines
+                     and sums.get(("split", "tuples_out_total")) == words
+                     and sums.get(("count", "tuples_in_total")) == words
+                     and sums.get(("count", "tuples_processed_total")) == words)
+            return rows if final and same else None
+        wait_until(settled, timeout=90, what="every word counted", interval=0.5)
         wait_until(lambda: committed(scrape(app_id)) >= 0, timeout=60, what="a committed window")
         before = admin(app_id, "operators")["operators"]
         samples = scrape(app_id)
