@@ -197,12 +197,13 @@ def _ms(values: list[float]) -> dict[str, float]:
 class SimContainer:
     """One simulated container: its operators and the windows they report."""
 
-    def __init__(self, container_id: str) -> None:
+    def __init__(self, container_id: str, pid: int) -> None:
         self.id = container_id
+        self.pid = pid  # what the launcher recorded for it, else the agent process's number
         self.ops: dict[int, int] = {}  # operator id -> last window reported
         self.ended = False
 
-    def heartbeat(self, proto: Any, ctx: Any, now: int, pid: int) -> Any:
+    def heartbeat(self, proto: Any, ctx: Any, now: int) -> Any:
         window_ms = ctx.streaming_window_size_millis
         base = (ctx.start_window_millis // 1000) << 32
         current = base | max(0, (now - ctx.start_window_millis) // window_ms)
@@ -222,8 +223,47 @@ class SimContainer:
                 self.ops[op_id] = current
             hb.current_window_id = self.ops[op_id]
         return proto.ContainerHeartbeat(container_id=self.id, buffer_server_host="127.0.0.1",
-                                        buffer_server_port=9, jvm_name=f"{pid}@sim", memory_mb_free=8000,
+                                        buffer_server_port=9, jvm_name=f"{self.pid}@sim", memory_mb_free=8000,
                                         memory_mb_used=60, container_stats=stats, sent_millis=now)
+
+
+class Umbilical:
+    """An agent process's channel to the master; re-reads ``heartbeatUri`` when a call finds it gone
+    (UNAVAILABLE: a new master attempt serves elsewhere), as a real agent does."""
+
+    def __init__(self, app_dir: str) -> None:
+        self.path = os.path.join(app_dir, "heartbeatUri")
+        self.address = ""
+        self.channels: list[Any] = []
+        self.stub: Any = None
+        self.read_at = 0.0
+
+    def connect(self) -> bool:
+        """A channel to the address in heartbeatUri (a new one if it changed); False while there is none."""
+        import grpc
+
+        import proto
+        self.read_at = time.monotonic()
+        try:
+            address = open(self.path).read().strip()
+        except OSError:
+            return False
+        if address and address != self.address:
+            self.address = address
+            # the old channels are closed at the end: calls in flight on them fail by themselves
+            self.channels.append(grpc.aio.insecure_channel(
+                address, options=[("grpc.max_receive_message_length", 64 << 20)]))
+            self.stub = proto.StreamingContainerUmbilicalStub(self.channels[-1])
+        return bool(self.address)
+
+    def failed(self, code: str) -> None:
+        """A call failed with ``code``: on UNAVAILABLE, read heartbeatUri again (at most every 50 ms)."""
+        if code == "UNAVAILABLE" and time.monotonic() - self.read_at > 0.05:
+            self.connect()
+
+    async def close(self) -> None:
+        for channel in self.channels:
+            await channel.close()
 
 
 async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_every: float, seed: int) -> None:
@@ -232,15 +272,10 @@ async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_eve
     import proto
     sim = os.path.join(app_dir, SIM)
     token = open(os.path.join(sim, "token")).read().strip()
-    address = ""
-    while not address:
-        try:
-            address = open(os.path.join(app_dir, "heartbeatUri")).read().strip()
-        except OSError:
-            await asyncio.sleep(0.05)
+    umbilical = Umbilical(app_dir)
+    while not umbilical.connect():
+        await asyncio.sleep(0.05)
     from container.secret import container_credential
-    channel = grpc.aio.insecure_channel(address, options=[("grpc.max_receive_message_length", 64 << 20)])
-    stub = proto.StreamingContainerUmbilicalStub(channel)
     latencies: list[float] = []
     errors: dict[str, int] = {}
     containers: dict[str, SimContainer] = {}
@@ -253,23 +288,38 @@ async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_eve
         # each agent presents its own credential, as a real one does (the master checks it per call)
         metadata = ((proto.TOKEN_METADATA_KEY, container_credential(token, c.id)),
                     (proto.CONTAINER_METADATA_KEY, c.id))
-        try:
-            ctx = await stub.GetInitContext(proto.InitContextRequest(container_id=c.id), metadata=metadata,
-                                            timeout=30)
-        except grpc.aio.AioRpcError as exc:
-            errors[exc.code().name] = errors.get(exc.code().name, 0) + 1
+        delay = 0.1  # after UNAVAILABLE: a real agent's backoff (container.agent), doubling up to 2 s
+        ctx = None
+        while ctx is None and not c.ended and time.monotonic() < end:
+            try:
+                ctx = await umbilical.stub.GetInitContext(proto.InitContextRequest(container_id=c.id),
+                                                          metadata=metadata, timeout=30)
+            except grpc.aio.AioRpcError as exc:
+                errors[exc.code().name] = errors.get(exc.code().name, 0) + 1
+                if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                    return
+                umbilical.failed(exc.code().name)
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, 2.0)
+        if ctx is None:
             return
         interval = ctx.heartbeat_interval_millis / 1000
         await asyncio.sleep(rng.random() * interval)  # agents start at different moments
         while not c.ended and time.monotonic() < end:
-            request = c.heartbeat(proto, ctx, int(time.time() * 1000), 1000 + index)
+            request = c.heartbeat(proto, ctx, int(time.time() * 1000))
             t0 = time.perf_counter()
             try:
-                response = await stub.ProcessHeartbeat(request, metadata=metadata, timeout=30)
+                response = await umbilical.stub.ProcessHeartbeat(request, metadata=metadata, timeout=30)
             except grpc.aio.AioRpcError as exc:
                 errors[exc.code().name] = errors.get(exc.code().name, 0) + 1
-                await asyncio.sleep(interval)
+                if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                    umbilical.failed(exc.code().name)
+                    await asyncio.sleep(delay)
+                    delay = min(2 * delay, 2.0)
+                else:
+                    await asyncio.sleep(interval)
                 continue
+            delay = 0.1
             latencies.append(time.perf_counter() - t0)
             for info in response.deploy_request:
                 c.ops[info.id] = info.checkpoint.window_id
@@ -293,11 +343,11 @@ async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_eve
             complete = text[:text.rfind("\n") + 1]
             offset += len(complete.encode())
             for line in complete.splitlines():
-                verb, cid = line.split()
+                verb, cid, *process = line.split()  # "launch <id> [<pid> <start time>]" or "kill <id>"
                 if zlib.crc32(cid.encode()) % procs != index:
                     continue
                 if verb == "launch":
-                    containers[cid] = SimContainer(cid)
+                    containers[cid] = SimContainer(cid, int(process[0]) if process else 1000 + index)
                     tasks.append(asyncio.ensure_future(run_container(containers[cid])))
                 elif verb == "kill" and cid in containers and not containers[cid].ended:
                     containers[cid].ended = True
@@ -315,7 +365,7 @@ async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_eve
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    await channel.close()
+    await umbilical.close()
     with open(os.path.join(sim, f"agents-{index}.json"), "w") as f:
         json.dump({"latencies": latencies, "errors": errors, "containers": len(containers)}, f)
 
@@ -328,13 +378,14 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
 
     from appmaster.adminhttp import request_json
     app_dir = tempfile.mkdtemp(prefix="stram-bench-hb-")
-    os.makedirs(os.path.join(app_dir, SIM))
+    sim = os.path.join(app_dir, SIM)
+    os.makedirs(sim)
     with open(os.path.join(app_dir, "spec.yaml"), "w") as f:
         f.write(spec_yaml(containers, operators, interval_ms, 500, 10, 30_000))
     token = secrets.token_hex(16)
-    with open(os.path.join(app_dir, SIM, "token"), "w") as f:
+    with open(os.path.join(sim, "token"), "w") as f:
         f.write(token)
-    open(os.path.join(app_dir, SIM, "launched"), "w").close()
+    open(os.path.join(sim, "launched"), "w").close()
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     me = [sys.executable, os.path.abspath(__file__)]
     master = subprocess.Popen([*me, "--master", app_dir] + (["--profile"] if profile else []), env=env, cwd=ROOT)
@@ -364,7 +415,7 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
         time.sleep(0.25)
     cpu1 = proc.cpu_times()
     wall = time.monotonic() - t0
-    open(os.path.join(app_dir, SIM, "done"), "w").close()
+    open(os.path.join(sim, "done"), "w").close()
     master.send_signal(signal.SIGTERM)
     try:
         master.wait(timeout=120)
@@ -373,13 +424,13 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
     latencies: list[float] = []
     errors: dict[str, int] = {}
     for i in range(procs):
-        with open(os.path.join(app_dir, SIM, f"agents-{i}.json")) as f:
+        with open(os.path.join(sim, f"agents-{i}.json")) as f:
             doc = json.load(f)
         latencies += doc["latencies"]
         for k, v in doc["errors"].items():
             errors[k] = errors.get(k, 0) + v
     try:
-        with open(os.path.join(app_dir, SIM, "master.json")) as f:
+        with open(os.path.join(sim, "master.json")) as f:
             mfig = json.load(f)
     except OSError:
         mfig = {}
