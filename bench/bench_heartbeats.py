@@ -21,6 +21,20 @@ agents), heartbeats/s, the master's CPU (of its process, apart from the
 harness's) and peak RSS, time and bytes per journal write, time per
 committed-window update, heartbeat timeouts the master declared, the admin
 API's ``operators`` page time, and a last line of ``name=value`` figures.
+
+Plan size (issue 16, item 3): ``deploy_s`` is measured in the master's process
+(:func:`bench.heartbeat_master.watch`): seconds from when planning begins (the
+AppMaster's construction, after the interpreter started and imported stram;
+``deploy_from_process_start_s`` counts from the process's start) until every
+operator of the plan is ACTIVE and every container RUNNING and heard from. It
+includes the agents' side of deploying: they start at random moments within
+the first heartbeat interval and report an operator ACTIVE in the heartbeat
+after the one that deployed it. The application's directory is
+``$STRAM_HOME/apps/<APP_ID>`` under a temporary ``STRAM_HOME``, with the token
+where ``stram launch`` keeps it, so the real CLI finds it: once every operator
+is ACTIVE, ``list_operators_s`` is the wall time of ``stram list-operators
+APP`` (``python -m scripts.cli``, the ``stram`` entry point, in a new
+interpreter; its rows in ``list_operators_rows``).
 """
 
 from __future__ import annotations
@@ -46,9 +60,13 @@ from typing import Any
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import heartbeat_master  # noqa: E402
+
 #: Partitions per chain of the generated DAG (the spec allows at most 256 per operator).
 CHAIN_WIDTH = 250
 SIM = "sim"
+#: The application's id; its directory is ``$STRAM_HOME/apps/<APP_ID>`` under a temporary STRAM_HOME.
+APP_ID = "application_0_0001"
 
 
 def spec_yaml(containers: int, operators: int, interval_ms: int, window_ms: int, checkpoint_count: int,
@@ -134,8 +152,9 @@ def run_master(app_dir: str, profile: bool) -> int:
         spec = AppSpec.from_yaml(f.read(), source="spec.yaml")
     token = open(os.path.join(sim, "token")).read().strip()
     started = time.perf_counter()
-    master = AppMaster(spec, "application_0_0001", f"file://{app_dir}", token, FileLauncher(), host="127.0.0.1")
+    master = AppMaster(spec, APP_ID, f"file://{app_dir}", token, FileLauncher(), host="127.0.0.1")
     figures: dict[str, Any] = {"plan_seconds": time.perf_counter() - started}
+    heartbeat_master.watch(master, sim, figures["plan_seconds"], started)
     journal_times: list[float] = []
     committed_times: list[float] = []
     journal_file = os.path.join(app_dir, "journal", "snapshot")
@@ -377,32 +396,35 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
     import psutil
 
     from appmaster.adminhttp import request_json
-    app_dir = tempfile.mkdtemp(prefix="stram-bench-hb-")
+    home = tempfile.mkdtemp(prefix="stram-bench-hb-")  # STRAM_HOME: the CLI finds the application there
+    app_dir = os.path.join(home, "apps", APP_ID)
     sim = os.path.join(app_dir, SIM)
     os.makedirs(sim)
     with open(os.path.join(app_dir, "spec.yaml"), "w") as f:
         f.write(spec_yaml(containers, operators, interval_ms, 500, 10, 30_000))
     token = secrets.token_hex(16)
-    with open(os.path.join(sim, "token"), "w") as f:
-        f.write(token)
+    for path in (os.path.join(sim, "token"), os.path.join(app_dir, "token")):  # the harness's; the CLI's
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write(token)
     open(os.path.join(sim, "launched"), "w").close()
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     me = [sys.executable, os.path.abspath(__file__)]
-    master = subprocess.Popen([*me, "--master", app_dir] + (["--profile"] if profile else []), env=env, cwd=ROOT)
+    master = heartbeat_master.MasterProcess(
+        [*me, "--master", app_dir] + (["--profile"] if profile else []), env, str(ROOT), sim)
     agents = [subprocess.Popen([*me, "--agents", app_dir, "--index", str(i), "--procs", str(procs),
                                 "--seconds", str(seconds), "--lose-every", str(lose_every)], env=env, cwd=ROOT)
               for i in range(procs)]
-    proc = psutil.Process(master.pid)
-    cpu0 = proc.cpu_times()
     t0 = time.monotonic()
-    peak_rss = 0
     admin_ms: list[float] = []
     next_admin = t0 + 5
+    cli: tuple[float | None, int, str] | None = None
     while any(a.poll() is None for a in agents):
         try:
-            peak_rss = max(peak_rss, proc.memory_info().rss)
+            master.sample()
         except psutil.Error:
             break
+        if cli is None and "deploy_s" in master.progress():  # every operator ACTIVE: the CLI, once
+            cli = heartbeat_master.list_operators(home, APP_ID, str(ROOT))
         if time.monotonic() > next_admin:
             try:
                 url = json.load(open(os.path.join(app_dir, "admin.json")))["url"]
@@ -413,14 +435,10 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
                 pass
             next_admin = time.monotonic() + 5
         time.sleep(0.25)
-    cpu1 = proc.cpu_times()
+    cpu = master.cpu_seconds()
     wall = time.monotonic() - t0
     open(os.path.join(sim, "done"), "w").close()
-    master.send_signal(signal.SIGTERM)
-    try:
-        master.wait(timeout=120)
-    except subprocess.TimeoutExpired:
-        master.kill()
+    master.stop()
     latencies: list[float] = []
     errors: dict[str, int] = {}
     for i in range(procs):
@@ -429,11 +447,8 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
         latencies += doc["latencies"]
         for k, v in doc["errors"].items():
             errors[k] = errors.get(k, 0) + v
-    try:
-        with open(os.path.join(sim, "master.json")) as f:
-            mfig = json.load(f)
-    except OSError:
-        mfig = {}
+    mfig = heartbeat_master.read_json(os.path.join(sim, "master.json"))
+    first = heartbeat_master.read_json(os.path.join(sim, "progress-1.json"))
     log_text = open(os.path.join(app_dir, "master.log"), errors="replace").read()
     timeouts = log_text.count("no heartbeat from")
     latencies.sort()
@@ -443,8 +458,8 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
         "heartbeats": len(latencies), "heartbeats_per_s": round(len(latencies) / wall, 1),
         "p50_ms": round(pick(0.50), 2), "p99_ms": round(pick(0.99), 2), "max_ms": round(pick(1.0), 2),
         "errors": sum(errors.values()), "timeouts": timeouts,
-        "master_cpu_pct": round(100 * ((cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)) / wall, 1),
-        "master_rss_mb": round(peak_rss / (1 << 20), 1),
+        "master_cpu_pct": round(100 * cpu / wall, 1),
+        "master_rss_mb": round(master.peak_rss / (1 << 20), 1),
         "plan_s": round(mfig.get("plan_seconds", 0.0), 2),
         "journal_writes": mfig.get("journal_writes", 0),
         "journal_ms_mean": round(mfig.get("journal_ms", {}).get("mean", 0.0), 2),
@@ -454,7 +469,13 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
         "committed_ms_mean": round(mfig.get("committed_ms", {}).get("mean", 0.0), 3),
         "committed_ms_max": round(mfig.get("committed_ms", {}).get("max", 0.0), 3),
         "admin_operators_ms": round(statistics.median(admin_ms), 1) if admin_ms else None,
+        # from when planning began (the AppMaster's construction) until every operator is ACTIVE
+        "deploy_s": _round(first.get("deploy_s")),
+        "deploy_from_process_start_s": _round(first.get("since_process_start_s")),
+        "list_operators_s": _round(cli[0] if cli else None), "list_operators_rows": cli[1] if cli else None,
     }
+    if cli and cli[0] is None:
+        print(f"stram list-operators failed:\n{cli[2]}", file=sys.stderr)
     if errors:
         result["error_codes"] = errors
     if profile:
@@ -462,8 +483,12 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
     if keep or profile:
         result["app_dir"] = app_dir
     else:
-        shutil.rmtree(app_dir, ignore_errors=True)
+        shutil.rmtree(home, ignore_errors=True)
     return result
+
+
+def _round(value: float | None, digits: int = 2) -> float | None:
+    return None if value is None else round(value, digits)
 
 
 def report(r: dict[str, Any]) -> None:
@@ -474,6 +499,9 @@ def report(r: dict[str, Any]) -> None:
           f"journal {r['journal_writes']} writes of {r['journal_kb']} KB, {r['journal_ms_mean']} ms mean / "
           f"{r['journal_ms_p99']} ms p99; committed-window update {r['committed_ms_mean']} ms mean / "
           f"{r['committed_ms_max']} ms max; admin operators page {r['admin_operators_ms']} ms")
+    print(f"  deploy: every operator ACTIVE {r['deploy_s']} s after planning began "
+          f"({r['deploy_from_process_start_s']} s after the master's process started); "
+          f"`stram list-operators` {r['list_operators_s']} s ({r['list_operators_rows']} rows)")
     print(" ".join(f"{k}={v}" for k, v in r.items() if not isinstance(v, dict)), flush=True)
 
 
