@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             from appmaster.launcher import LocalLauncher
             launcher = LocalLauncher(log_dir, app_id=args.app_id)
-        master = AppMaster(spec, args.app_id, args.app_path, token, launcher)
+        master = AppMaster(spec, args.app_id, args.app_path, token, launcher, tune_gc=True)
     except StramError as exc:  # a bad spec, no YARN container, a journal this stram cannot resume from
         logging.getLogger("appmaster").error("cannot run application %s: %s", args.app_id, exc)
         return 1

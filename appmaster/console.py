@@ -31,7 +31,7 @@ from flask import Flask, Response, jsonify, request, send_from_directory
 
 from appmaster import logs as applogs
 from appmaster.errors import UserError
-from appmaster.reports import window_hex
+from appmaster.reports import END_MILLIS, WINDOW_ID, window_hex
 from container.windows import window_millis
 
 __all__ = ["register", "STATIC_DIR", "logical_plan", "window_report", "LOG_TAIL_DEFAULT", "LOG_TAIL_MAX"]
@@ -102,7 +102,8 @@ def window_report(state: Any, now_millis: int) -> dict[str, Any]:
             "checkpoint": checkpoint, "checkpoint_hex": None if checkpoint is None else window_hex(checkpoint),
             "current_window_hex": window_hex(op.current_window),
             "recovery_checkpoint_hex": window_hex(op.recovery_checkpoint),
-            "latency_millis": max(0, last.end_millis - window_millis(last.window_id + 1, size)) if last else None}
+            "latency_millis": max(0, last[END_MILLIS] - window_millis(last[WINDOW_ID] + 1, size))
+            if last else None}
     return {"now_millis": now_millis, "window_millis": size, "committed_window": state.committed,
             "committed_window_hex": window_hex(state.committed),
             "committed_millis": committed_end,

@@ -25,6 +25,7 @@ from typing import Any, Callable, Mapping
 from appmaster import scaling
 from appmaster.addressfiles import AddressFiles
 from appmaster.events import DiskFull, MasterPaused, Resumed
+from appmaster.housekeeping import Purger, tune_gc
 from appmaster.journallog import JournalWriter, read_journal
 from appmaster.launcher import ContainerRequest, Launcher
 from appmaster.server import UmbilicalServicer, create_server
@@ -132,13 +133,15 @@ class AppMaster(AddressFiles):
     """One running application master."""
 
     def __init__(self, spec: Any, app_id: str, app_path: str, token: str, launcher: Launcher,
-                 host: str | None = None) -> None:
+                 host: str | None = None, tune_gc: bool = False) -> None:
         self.spec = spec
         self.app_id = app_id
         self.app_path = app_path
         #: The application's secret; containers get credentials derived from it (:mod:`container.secret`).
         self.token = token
         self.launcher = launcher
+        #: Whether :meth:`start` tunes this process's garbage collector (:func:`tune_gc`).
+        self.tune_gc = tune_gc
         self.host = host or os.environ.get("STRAM_HOST") or socket.gethostname()
         self.lock = threading.RLock()
         now = _now()
@@ -157,6 +160,8 @@ class AppMaster(AddressFiles):
         self._pause_wait = threading.Condition(self.lock)  # waits with the master's lock released
         self._last_pause_status = 0.0
         self._pending_exits: list[tuple[str, int | None]] = []
+        #: Deletes obsolete checkpoints in a thread of its own (not in the heartbeat's answer).
+        self.purger = Purger()
         self.dispatcher = Dispatcher(self.state, self.lock, {
             LaunchContainer: self._launch_container, AdoptContainer: self._adopt_container,
             KillContainer: self._kill_container, DeleteCheckpoints: self._delete_checkpoints,
@@ -269,8 +274,7 @@ class AppMaster(AddressFiles):
         self.launcher.kill(ins.container_id)
 
     def _delete_checkpoints(self, ins: DeleteCheckpoints) -> None:
-        for window in ins.windows:
-            fs.delete(apppath.checkpoint(self.app_path, ins.operator_id, window))
+        self.purger.submit(apppath.checkpoint(self.app_path, ins.operator_id, w) for w in ins.windows)
 
     def _finish(self, ins: Finish) -> None:
         self.final = ins
@@ -399,6 +403,8 @@ class AppMaster(AddressFiles):
             self.dispatch(Start(_now()))
         else:  # a new attempt takes over the containers the previous master started
             self.dispatch(AdoptContainers(_now(), getattr(self.launcher, "adopt", None) is not None))
+        if self.tune_gc:
+            tune_gc()
         if no_space and self.state.state == "RUNNING":  # after the adoption: its containers are stopped too
             log.error("the application fails: %s", no_space)
             self.dispatch(DiskFull(_now(), no_space))
@@ -503,6 +509,7 @@ class AppMaster(AddressFiles):
         self.dispatch(ShutdownRequest(_now()))
 
     def stop(self) -> None:
+        self.purger.close()
         self.journal_writer.close()
         if self.admin is not None:
             self.admin.shutdown()

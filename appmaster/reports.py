@@ -15,11 +15,19 @@ from typing import Any, NamedTuple
 
 from appmaster.plan import ContainerState, OperatorState
 
-__all__ = ["StateReports", "WindowSample", "OperatorTotals", "window_hex", "last_line", "decode_metrics"]
+__all__ = ["StateReports", "WindowSample", "OperatorTotals", "window_hex", "last_line", "decode_metrics",
+           "WINDOW_ID", "TUPLES_IN", "TUPLES_OUT", "END_MILLIS", "CPU_NANOS", "METRICS"]
+
+#: Fields of a window sample, by position. The master keeps its operators' samples as plain
+#: tuples, with None for no metrics: the cyclic garbage collector stops tracking a plain tuple
+#: of numbers and None, never a NamedTuple (nor a tuple holding a dict). At 20,000 operators x 20 windows, tracked samples made every
+#: full collection scan 400,000 more objects (pauses of half a second that stalled heartbeats).
+WINDOW_ID, TUPLES_IN, TUPLES_OUT, END_MILLIS, CPU_NANOS, METRICS = range(6)
 
 
 class WindowSample(NamedTuple):
-    """One window of one operator, as its heartbeat reported it (the master keeps the last few)."""
+    """One window of one operator, as its heartbeat reported it (the master keeps the last few,
+    as plain tuples with these fields in this order: index them with :data:`WINDOW_ID`, ...)."""
 
     #: The window id.
     window_id: int
@@ -31,8 +39,8 @@ class WindowSample(NamedTuple):
     end_millis: int
     #: CPU time the operator's thread used in the window, nanoseconds.
     cpu_nanos: int
-    #: The operator's metrics of the window (Apex's AutoMetric), JSON decoded.
-    metrics: dict[str, Any]
+    #: The operator's metrics of the window (Apex's AutoMetric), JSON decoded; None: none.
+    metrics: dict[str, Any] | None
 
 
 @dataclass
@@ -57,15 +65,15 @@ class OperatorTotals:
     #: The newest window counted for the running incarnation.
     counted_window: int = -1
 
-    def add(self, sample: WindowSample) -> None:
-        """Count a reported window (once per incarnation)."""
-        if sample.window_id <= self.counted_window:
+    def add(self, sample: tuple) -> None:
+        """Count a reported window (a :class:`WindowSample`'s fields; once per incarnation)."""
+        if sample[WINDOW_ID] <= self.counted_window:
             return
-        self.counted_window = sample.window_id
-        self.tuples_in += sample.tuples_in
-        self.tuples_out += sample.tuples_out
+        self.counted_window = sample[WINDOW_ID]
+        self.tuples_in += sample[TUPLES_IN]
+        self.tuples_out += sample[TUPLES_OUT]
         self.windows += 1
-        self.cpu_nanos += sample.cpu_nanos
+        self.cpu_nanos += sample[CPU_NANOS]
 
     def redeployed(self, checkpoint: int) -> None:
         """A new incarnation resumes after ``checkpoint``: the windows after it count again."""
@@ -108,8 +116,8 @@ class StateReports:
         history = self.window_history.get(op_id)
         if not history or len(history) < 2:
             return 0.0
-        span = (history[-1].end_millis - history[0].end_millis) / 1000
-        tuples = sum(h.tuples_out or h.tuples_in for h in list(history)[1:])
+        span = (history[-1][END_MILLIS] - history[0][END_MILLIS]) / 1000
+        tuples = sum(h[TUPLES_OUT] or h[TUPLES_IN] for h in list(history)[1:])
         return tuples / span if span > 0 else 0.0
 
     def validate_state(self) -> None:
@@ -174,8 +182,9 @@ class StateReports:
             "shutdown_operators": {window_hex(w): [ops[o].label if o in ops else o for o in ids]
                                    for w, ids in sorted(self.shutdown_operators.items())},
             "removed": list(self.removed[-50:]),
-            "receivers": {op.label: self.window_history[op.id][-1].metrics["receiver"] for op in ops.values()
-                          if self.window_history.get(op.id) and "receiver" in self.window_history[op.id][-1].metrics},
+            "receivers": {op.label: self.window_history[op.id][-1][METRICS]["receiver"] for op in ops.values()
+                          if self.window_history.get(op.id)
+                          and "receiver" in (self.window_history[op.id][-1][METRICS] or ())},
             "errors": list(self.errors)[-20:],
             # each operator's last failure, newest last: what the progress line and get-app-info show
             "failures": {label: {k: v for k, v in f.items() if k != "seen"}
@@ -212,9 +221,9 @@ def operator_rows(copies: list[tuple]) -> list[dict[str, Any]]:
     for op, state, current, recovery, container, restarts, error, has_inputs, blocked, history, totals in copies:
         tuples_in, tuples_out, windows, cpu_nanos = totals
         last = history[-1] if history else None
-        if len(history) >= 2 and history[-1].end_millis > history[0].end_millis:
-            span = (history[-1].end_millis - history[0].end_millis) / 1000
-            throughput = sum(h.tuples_out or h.tuples_in for h in history[1:]) / span
+        if len(history) >= 2 and history[-1][END_MILLIS] > history[0][END_MILLIS]:
+            span = (history[-1][END_MILLIS] - history[0][END_MILLIS]) / 1000
+            throughput = sum(h[TUPLES_OUT] or h[TUPLES_IN] for h in history[1:]) / span
         else:
             throughput = 0.0
         rows.append({"id": op.id, "name": op.name, "label": op.label, "kind": op.kind,
@@ -223,12 +232,12 @@ def operator_rows(copies: list[tuple]) -> list[dict[str, Any]]:
                      "container": container, "state": state,
                      "current_window": current, "recovery_checkpoint": recovery,
                      "tuples_per_sec": round(throughput, 1),
-                     "last_window_tuples": [last.tuples_in, last.tuples_out] if last else [0, 0],
+                     "last_window_tuples": [last[TUPLES_IN], last[TUPLES_OUT]] if last else [0, 0],
                      # counters (never go backward; see OperatorTotals): what /metrics exports
                      "tuples_in_total": tuples_in, "tuples_out_total": tuples_out,
                      "tuples_processed_total": tuples_in if has_inputs else tuples_out,
                      "windows_total": windows, "cpu_seconds_total": cpu_nanos / 1e9,
-                     "metrics": last.metrics if last else {},
+                     "metrics": (last[METRICS] or {}) if last else {},
                      "restarts": restarts, "last_error": last_line(error)})
     return rows
 

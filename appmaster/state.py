@@ -42,7 +42,7 @@ from appmaster.instructions import (AdoptContainer, DeleteCheckpoints, Finish, I
 from appmaster.plan import (ContainerState, OperatorState, PhysicalPlan, PTContainer, PTOperator,
                             affected_operators)
 from appmaster.recovery import GONE, Recovery
-from appmaster.reports import ALIVE, OperatorTotals, StateReports, WindowSample, decode_metrics, window_hex
+from appmaster.reports import ALIVE, OperatorTotals, StateReports, decode_metrics, window_hex
 from appmaster.rules import recovery_checkpoints, restart_backoff_millis
 from appmaster.scaling import ScaleRefused, ScaleResult
 from container.windows import initial_window
@@ -113,7 +113,7 @@ class MasterState(DeployMessages, Recovery, Diagnose, StateReports, Ending):
         self._node_requests: dict[str, list[proto.StramToNodeRequest]] = collections.defaultdict(list)
         #: op id -> recent (window, tuples in, tuples out, end millis)
         #: operator id -> its last windows, oldest first
-        self.window_history: dict[int, collections.deque[WindowSample]] = collections.defaultdict(
+        self.window_history: dict[int, collections.deque[tuple]] = collections.defaultdict(
             lambda: collections.deque(maxlen=20))
         self.blocked: set[int] = set()
         #: operator id -> what it did in this master attempt (counters: never go backward)
@@ -292,20 +292,24 @@ class MasterState(DeployMessages, Recovery, Diagnose, StateReports, Ending):
             response.shutdown = True
             return [Reply(response)]
         instructions: list[Instruction] = []
+        # fields are assigned only when they change: each assignment is tracked (appmaster.changes)
         if container.state != ContainerState.RUNNING:
             self._note(now, "container", f"{container.id} running ({hb.jvm_name})")
-        container.state = ContainerState.RUNNING
+            container.state = ContainerState.RUNNING
         container.last_heartbeat_millis = now
-        container.process = hb.jvm_name
-        if hb.buffer_server_port:
+        if container.process != hb.jvm_name:
+            container.process = hb.jvm_name
+        if hb.buffer_server_port and container.buffer_server != (hb.buffer_server_host, hb.buffer_server_port):
             container.buffer_server = (hb.buffer_server_host, hb.buffer_server_port)
             container.host = hb.buffer_server_host
-        container.memory_used_mb = hb.memory_mb_used
+        if container.memory_used_mb != hb.memory_mb_used:
+            container.memory_used_mb = hb.memory_mb_used
         self._container_paused(container, hb.paused, now)
-        container.publishers = {p.publisher: {"memory_bytes": p.memory_bytes, "spilled_bytes": p.spilled_bytes,
-                                              "windows": p.windows, "first_window": p.first_window,
-                                              "last_window": p.last_window}
-                                for p in hb.publishers}
+        if hb.publishers or container.publishers:
+            container.publishers = {p.publisher: {"memory_bytes": p.memory_bytes, "spilled_bytes": p.spilled_bytes,
+                                                  "windows": p.windows, "first_window": p.first_window,
+                                                  "last_window": p.last_window}
+                                    for p in hb.publishers}
         self._take_stack_trace(container, hb, now)
         reported = set()
         for ohb in hb.container_stats.operators:
@@ -339,26 +343,36 @@ class MasterState(DeployMessages, Recovery, Diagnose, StateReports, Ending):
             return []  # a report of the incarnation being replaced (its undeploy is on the way)
         if op.state == OperatorState.SHUTDOWN and ohb.state == proto.OperatorHeartbeat.ACTIVE:
             return []  # late report from before the shutdown
-        fresh = [c for c in ohb.saved_checkpoints if c not in op.checkpoints and c > op.recovery_checkpoint]
+        fresh = ohb.saved_checkpoints and [c for c in ohb.saved_checkpoints
+                                           if c not in op.checkpoints and c > op.recovery_checkpoint]
         if fresh:  # assigned, not changed in place: the committed window and the journal see it
             op.checkpoints = sorted({*op.checkpoints, *fresh})
         if ohb.current_window_id > op.current_window:
             op.current_window = ohb.current_window_id
             op.window_advanced_millis = now
             self.blocked.discard(op.id)
-        history = self.window_history[op.id]
-        for ws in ohb.window_stats:
-            ports = list(ws.output_ports) + list(ws.input_ports)
-            history.append(sample := WindowSample(
-                ws.window_id, sum(p.tuple_count for p in ws.input_ports),
-                sum(p.tuple_count for p in ws.output_ports),
-                max((p.end_window_timestamp for p in ports), default=now), ws.cpu_time_used,
-                decode_metrics(ws.metrics)))
-            self.totals[op.id].add(sample)
+        if ohb.window_stats:
+            history, totals = self.window_history[op.id], self.totals[op.id]
+            for ws in ohb.window_stats:  # the hot loop of a heartbeat: plain loops, no generators
+                tuples_in = tuples_out = end = 0
+                for p in ws.input_ports:
+                    tuples_in += p.tuple_count
+                    if p.end_window_timestamp > end:
+                        end = p.end_window_timestamp
+                for p in ws.output_ports:
+                    tuples_out += p.tuple_count
+                    if p.end_window_timestamp > end:
+                        end = p.end_window_timestamp
+                # a plain tuple of a WindowSample's fields, no metrics None: the collector untracks it
+                sample = (ws.window_id, tuples_in, tuples_out, end or now, ws.cpu_time_used,
+                          decode_metrics(ws.metrics) if ws.metrics else None)
+                history.append(sample)
+                totals.add(sample)
         if ohb.state == proto.OperatorHeartbeat.ACTIVE:
             if op.state in (OperatorState.DEPLOYING, OperatorState.PENDING_DEPLOY):
                 op.window_advanced_millis = now
-            op.state = OperatorState.ACTIVE
+            if op.state != OperatorState.ACTIVE:
+                op.state = OperatorState.ACTIVE
         elif ohb.state == proto.OperatorHeartbeat.SHUTDOWN and op.state != OperatorState.SHUTDOWN:
             op.state = OperatorState.SHUTDOWN
             op.shutdown_window = ohb.current_window_id

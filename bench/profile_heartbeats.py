@@ -60,7 +60,7 @@ def main() -> int:
             if key != last[0]:
                 write_journal(app_path, state.snapshot())
                 last[0] = key
-    sims = {cid: SimContainer(cid) for cid in state.plan.containers}
+    sims = {cid: SimContainer(cid, 1) for cid in state.plan.containers}
     ctxs = {cid: state.handle(InitContextRequest(cid))[0].value for cid in sims}
     profiler = cProfile.Profile()
     rounds = []
@@ -70,7 +70,7 @@ def main() -> int:
         spent, count = 0.0, 0
         for cid in list(sims):
             now += 1000 // len(sims) + 1
-            hb = sims[cid].heartbeat(proto, ctxs[cid], now, 1)
+            hb = sims[cid].heartbeat(proto, ctxs[cid], now)
             c0 = time.process_time()
             instructions = state.handle(Heartbeat(hb, now))
             journal()

@@ -396,6 +396,17 @@ def file_type(uri: str) -> str:
 def delete(uri: str, missing_ok: bool = True) -> None:
     """Delete a file or a directory tree."""
     fs, path = resolve(uri)
+    if isinstance(fs, pafs.LocalFileSystem):
+        # one system call for a file: the master deletes thousands of obsolete checkpoints a
+        # second at scale, and pyarrow's look-up plus its error for a missing file cost 60-90 us
+        try:
+            return os.remove(path)
+        except FileNotFoundError:
+            if not missing_ok:
+                raise FileNotFoundError(uri) from None
+            return None
+        except IsADirectoryError:
+            return fs.delete_dir(path)
     info = _info(fs, path)
     if info.type == pafs.FileType.NotFound:
         if not missing_ok:

@@ -1,0 +1,130 @@
+"""Housekeeping off the heartbeat path: the checkpoint purger, the master's window samples and GC."""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+import threading
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from appmaster.housekeeping import Purger  # noqa: E402
+from appmaster.reports import METRICS, TUPLES_IN, TUPLES_OUT, WINDOW_ID  # noqa: E402
+from container import fs  # noqa: E402
+from tests.statekit import StateRun  # noqa: E402
+
+
+def test_the_purger_deletes_in_order_off_the_callers_thread(tmp_path):
+    files = [tmp_path / f"c{i}" for i in range(200)]
+    for f in files:
+        f.write_bytes(b"x")
+    seen: list[tuple[str, str]] = []
+    gate = threading.Event()
+
+    def delete(uri: str) -> None:
+        gate.wait(10)
+        seen.append((threading.current_thread().name, uri))
+        fs.delete(uri)
+
+    purger = Purger(delete)
+    try:
+        purger.submit(f"file://{f}" for f in files)
+        purger.submit([f"file://{tmp_path}/missing"])  # a missing file is no error
+        assert purger.pending() == 201 and all(f.exists() for f in files)  # submit returned at once
+        gate.set()
+        assert purger.drain(10)
+        assert not any(f.exists() for f in files)
+        assert [uri for _, uri in seen] == [f"file://{f}" for f in files] + [f"file://{tmp_path}/missing"]
+        assert {name for name, _ in seen} == {"checkpoint-purger"}
+        assert (purger.deleted, purger.failed) == (201, 0)
+    finally:
+        purger.close()
+
+
+def test_a_failed_deletion_is_counted_and_the_rest_go_on(tmp_path, caplog):
+    def delete(uri: str) -> None:
+        if uri.endswith("bad"):
+            raise OSError("permission denied")
+        fs.delete(uri)
+
+    (tmp_path / "a").write_bytes(b"x")
+    (tmp_path / "b").write_bytes(b"x")
+    purger = Purger(delete)
+    try:
+        purger.submit([f"file://{tmp_path}/a", f"file://{tmp_path}/bad", f"file://{tmp_path}/b"])
+        assert purger.drain(10)
+        assert (purger.deleted, purger.failed) == (2, 1)
+        assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+        assert "could not delete obsolete checkpoint" in caplog.text and "permission denied" in caplog.text
+    finally:
+        purger.close()
+
+
+def test_close_stops_after_its_time_and_drops_the_rest(tmp_path):
+    slow = threading.Event()
+    purger = Purger(lambda uri: slow.wait(0.2))
+    purger.submit(str(i) for i in range(100))
+    t0 = time.monotonic()
+    purger.close(timeout=0.5)
+    assert time.monotonic() - t0 < 3
+    assert purger.pending() == 0 and purger.deleted < 100
+    purger.submit(["late"])  # after close: ignored
+    assert purger.pending() == 0
+
+
+def test_fs_delete_of_local_files_and_directories(tmp_path):
+    (tmp_path / "f").write_bytes(b"x")
+    (tmp_path / "d" / "e").mkdir(parents=True)
+    (tmp_path / "d" / "e" / "g").write_bytes(b"x")
+    fs.delete(f"file://{tmp_path}/f")
+    fs.delete(f"file://{tmp_path}/d")
+    fs.delete(f"file://{tmp_path}/never")
+    assert sorted(os.listdir(tmp_path)) == []
+    with pytest.raises(FileNotFoundError):
+        fs.delete(f"file://{tmp_path}/never", missing_ok=False)
+
+
+SPEC = """
+name: samples
+operators:
+  src: {class: "container.operators.io:LineReader", properties: {path: /dev/null}}
+  out: {class: "container.operators.io:JsonLinesOutput", properties: {path: /tmp/samples-out}}
+streams:
+  s: {from: src.output, to: [out.input]}
+"""
+
+
+def test_the_masters_window_samples_are_not_tracked_by_the_garbage_collector():
+    """Tracked samples (20 per operator) made each full collection scan hundreds of thousands
+    of objects at scale: they are plain tuples of numbers, with None for no metrics."""
+    run = StateRun(SPEC)
+    run.deploy()
+    for k in range(1, 4):
+        reports = []
+        for name, tuples in (("src", 7 * k), ("out", 5 * k)):
+            rep = run.report(name, k)
+            ws = rep.window_stats.add(window_id=run.w(k), cpu_time_used=1000)
+            port = ws.input_ports.add() if name == "out" else ws.output_ports.add()
+            port.id, port.tuple_count, port.end_window_timestamp = "p", tuples, 1000 * k
+            if name == "src":
+                ws.metrics["receiver"] = '{"lag": 3}'
+            reports.append(rep)
+        for cid in {run.cid("src"), run.cid("out")}:
+            run.heartbeat(cid, *(r for r in reports if run.state.plan.operators[r.node_id].container == cid))
+    gc.collect()
+    src, out = (list(run.state.window_history[run.id(n)]) for n in ("src", "out"))
+    assert [s[WINDOW_ID] for s in out] == [run.w(k) for k in (1, 2, 3)]
+    for sample in src + out:
+        assert type(sample) is tuple
+    assert not any(gc.is_tracked(s) for s in out)  # no metrics: None, untracked
+    assert src[-1][METRICS] == {"receiver": {"lag": 3}} and out[-1][METRICS] is None
+    assert [s[TUPLES_OUT] for s in src] == [7, 14, 21] and [s[TUPLES_IN] for s in out] == [5, 10, 15]
+    rows = {r["name"]: r for r in run.state.operator_rows()}
+    assert rows["src"]["metrics"] == {"receiver": {"lag": 3}} and rows["out"]["metrics"] == {}
+    assert rows["out"]["last_window_tuples"] == [15, 0] and rows["out"]["tuples_in_total"] == 30
+    assert rows["src"]["windows_total"] == 3 and rows["src"]["tuples_out_total"] == 42
+    assert rows["out"]["tuples_per_sec"] == (10 + 15) / 2.0
