@@ -3,6 +3,7 @@
     python bench/bench_heartbeats.py                      # 100x10, 500x10, 2000x10 for 60 s each
     python bench/bench_heartbeats.py --containers 2000 --operators 10 --seconds 120
     python bench/bench_heartbeats.py --profile            # also a cProfile of the master
+    python bench/bench_heartbeats.py --containers 2000 --operators 10 --seconds 40 --restart-at 20
 
 The master is the production one in its own process: the real gRPC server,
 dispatcher, state, journal (on the local file system) and admin API; only its
@@ -35,6 +36,19 @@ where ``stram launch`` keeps it, so the real CLI finds it: once every operator
 is ACTIVE, ``list_operators_s`` is the wall time of ``stram list-operators
 APP`` (``python -m scripts.cli``, the ``stram`` entry point, in a new
 interpreter; its rows in ``list_operators_rows``).
+
+Restart (issue 16, item 4): ``--restart-at S`` SIGKILLs the master after S
+seconds and starts its next attempt from the same directory and journal
+(``--master`` again; the attempt number comes from the journal, as with the
+supervisor). The launcher then records a pid and start time per launch, which
+the master journals, and the new attempt adopts the simulated containers
+only as those processes, as LocalLauncher does; the agents report that pid
+and, when a call fails UNAVAILABLE, re-read ``heartbeatUri`` and back off as
+a real agent does. ``restart_resume_s``: from the new process's start until
+every container is RUNNING and heard from by the new attempt and every
+operator ACTIVE; ``relaunched``: containers it launched until then (0 when
+every one was adopted); ``p99_after_restart_ms``: heartbeats begun after the
+kill. The journal figures are then the second attempt's alone.
 """
 
 from __future__ import annotations
@@ -92,8 +106,12 @@ def spec_yaml(containers: int, operators: int, interval_ms: int, window_ms: int,
 
 # ---------------------------------------------------------------- the master's side
 
-def run_master(app_dir: str, profile: bool) -> int:
-    """``--master``: the production AppMaster with a launcher that only writes what it launches."""
+def run_master(app_dir: str, profile: bool, adopt: bool) -> int:
+    """``--master``: the production AppMaster with a launcher that only writes what it launches.
+
+    ``adopt`` (with ``--restart-at``): the launcher records a pid and start time per launch and
+    adopts containers as LocalLauncher does (:func:`bench.heartbeat_master.adopting`).
+    """
     import logging
 
     from appmaster.launcher import ContainerRequest, Launcher
@@ -108,6 +126,7 @@ def run_master(app_dir: str, profile: bool) -> int:
         """Launches by appending the container id to ``sim/launched``; exits are read from ``sim/exited-*``."""
 
         def __init__(self) -> None:
+            self.sim = sim
             self.out = open(os.path.join(sim, "launched"), "a", buffering=1)
             self.live: set[str] = set()
             self.seen: dict[str, int] = {}
@@ -151,8 +170,9 @@ def run_master(app_dir: str, profile: bool) -> int:
     with open(os.path.join(app_dir, "spec.yaml")) as f:
         spec = AppSpec.from_yaml(f.read(), source="spec.yaml")
     token = open(os.path.join(sim, "token")).read().strip()
+    launcher = heartbeat_master.adopting(FileLauncher)() if adopt else FileLauncher()
     started = time.perf_counter()
-    master = AppMaster(spec, APP_ID, f"file://{app_dir}", token, FileLauncher(), host="127.0.0.1")
+    master = AppMaster(spec, APP_ID, f"file://{app_dir}", token, launcher, host="127.0.0.1")
     figures: dict[str, Any] = {"plan_seconds": time.perf_counter() - started}
     heartbeat_master.watch(master, sim, figures["plan_seconds"], started)
     journal_times: list[float] = []
@@ -296,6 +316,7 @@ async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_eve
         await asyncio.sleep(0.05)
     from container.secret import container_credential
     latencies: list[float] = []
+    starts: list[float] = []  # when each call began (wall clock), to tell calls after a restart
     errors: dict[str, int] = {}
     containers: dict[str, SimContainer] = {}
     tasks: list[asyncio.Task] = []
@@ -326,7 +347,7 @@ async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_eve
         await asyncio.sleep(rng.random() * interval)  # agents start at different moments
         while not c.ended and time.monotonic() < end:
             request = c.heartbeat(proto, ctx, int(time.time() * 1000))
-            t0 = time.perf_counter()
+            began, t0 = time.time(), time.perf_counter()
             try:
                 response = await umbilical.stub.ProcessHeartbeat(request, metadata=metadata, timeout=30)
             except grpc.aio.AioRpcError as exc:
@@ -340,6 +361,7 @@ async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_eve
                 continue
             delay = 0.1
             latencies.append(time.perf_counter() - t0)
+            starts.append(began)
             for info in response.deploy_request:
                 c.ops[info.id] = info.checkpoint.window_id
             for op_id in response.undeploy_request:
@@ -386,13 +408,14 @@ async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_eve
     await asyncio.gather(*tasks, return_exceptions=True)
     await umbilical.close()
     with open(os.path.join(sim, f"agents-{index}.json"), "w") as f:
-        json.dump({"latencies": latencies, "errors": errors, "containers": len(containers)}, f)
+        json.dump({"latencies": latencies, "errors": errors, "containers": len(containers),
+                   "after_restart": heartbeat_master.split_latencies(latencies, starts, sim)}, f)
 
 
 # ---------------------------------------------------------------- the run
 
 def measure(containers: int, operators: int, seconds: float, procs: int, interval_ms: int, lose_every: float,
-            profile: bool, keep: bool) -> dict[str, Any]:
+            profile: bool, keep: bool, restart_at: float = 0.0) -> dict[str, Any]:
     import psutil
 
     from appmaster.adminhttp import request_json
@@ -410,7 +433,8 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     me = [sys.executable, os.path.abspath(__file__)]
     master = heartbeat_master.MasterProcess(
-        [*me, "--master", app_dir] + (["--profile"] if profile else []), env, str(ROOT), sim)
+        [*me, "--master", app_dir] + (["--profile"] if profile else []) + (["--adopt"] if restart_at else []),
+        env, str(ROOT), sim)
     agents = [subprocess.Popen([*me, "--agents", app_dir, "--index", str(i), "--procs", str(procs),
                                 "--seconds", str(seconds), "--lose-every", str(lose_every)], env=env, cwd=ROOT)
               for i in range(procs)]
@@ -423,6 +447,8 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
             master.sample()
         except psutil.Error:
             break
+        if restart_at and master.attempt == 1 and time.monotonic() - t0 >= restart_at:
+            master.restart()
         if cli is None and "deploy_s" in master.progress():  # every operator ACTIVE: the CLI, once
             cli = heartbeat_master.list_operators(home, APP_ID, str(ROOT))
         if time.monotonic() > next_admin:
@@ -440,19 +466,22 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
     open(os.path.join(sim, "done"), "w").close()
     master.stop()
     latencies: list[float] = []
+    after: list[float] = []
     errors: dict[str, int] = {}
     for i in range(procs):
         with open(os.path.join(sim, f"agents-{i}.json")) as f:
             doc = json.load(f)
         latencies += doc["latencies"]
+        after += doc["after_restart"]
         for k, v in doc["errors"].items():
             errors[k] = errors.get(k, 0) + v
-    mfig = heartbeat_master.read_json(os.path.join(sim, "master.json"))
-    first = heartbeat_master.read_json(os.path.join(sim, "progress-1.json"))
+    mfig = heartbeat_master.read_json(os.path.join(sim, "master.json"))  # the last attempt's
+    first, second = (heartbeat_master.read_json(os.path.join(sim, f"progress-{n}.json")) for n in (1, 2))
     log_text = open(os.path.join(app_dir, "master.log"), errors="replace").read()
     timeouts = log_text.count("no heartbeat from")
     latencies.sort()
-    pick = lambda q: 1000 * latencies[min(len(latencies) - 1, int(q * len(latencies)))] if latencies else 0.0  # noqa: E731
+    after.sort()
+    pick = lambda q, xs=latencies: 1000 * xs[min(len(xs) - 1, int(q * len(xs)))] if xs else 0.0  # noqa: E731
     result = {
         "containers": containers, "operators": operators * containers, "seconds": round(wall, 1),
         "heartbeats": len(latencies), "heartbeats_per_s": round(len(latencies) / wall, 1),
@@ -460,7 +489,7 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
         "errors": sum(errors.values()), "timeouts": timeouts,
         "master_cpu_pct": round(100 * cpu / wall, 1),
         "master_rss_mb": round(master.peak_rss / (1 << 20), 1),
-        "plan_s": round(mfig.get("plan_seconds", 0.0), 2),
+        "plan_s": round(first.get("plan_seconds", mfig.get("plan_seconds", 0.0)), 2),
         "journal_writes": mfig.get("journal_writes", 0),
         "journal_ms_mean": round(mfig.get("journal_ms", {}).get("mean", 0.0), 2),
         "journal_ms_p99": round(mfig.get("journal_ms", {}).get("p99", 0.0), 2),
@@ -476,6 +505,12 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
     }
     if cli and cli[0] is None:
         print(f"stram list-operators failed:\n{cli[2]}", file=sys.stderr)
+    if restart_at:  # the second attempt: from its process's start; what it launched until resumed
+        result.update(restart_resume_s=_round(second.get("since_process_start_s")),
+                      restart_serving_s=_round(second.get("serving_s")),
+                      restart_restore_s=_round(second.get("restore_seconds")),
+                      relaunched=second.get("launched"), lost=second.get("lost"),
+                      p99_after_restart_ms=round(pick(0.99, after), 2), heartbeats_after_restart=len(after))
     if errors:
         result["error_codes"] = errors
     if profile:
@@ -502,6 +537,11 @@ def report(r: dict[str, Any]) -> None:
     print(f"  deploy: every operator ACTIVE {r['deploy_s']} s after planning began "
           f"({r['deploy_from_process_start_s']} s after the master's process started); "
           f"`stram list-operators` {r['list_operators_s']} s ({r['list_operators_rows']} rows)")
+    if "restart_resume_s" in r:
+        print(f"  restart: the new attempt resumed {r['restart_resume_s']} s after its process started "
+              f"(journal restored in {r['restart_restore_s']} s, serving at {r['restart_serving_s']} s); "
+              f"relaunched {r['relaunched']}, not adopted {r['lost']}; heartbeat p99 after the restart "
+              f"{r['p99_after_restart_ms']} ms over {r['heartbeats_after_restart']} heartbeats")
     print(" ".join(f"{k}={v}" for k, v in r.items() if not isinstance(v, dict)), flush=True)
 
 
@@ -516,19 +556,22 @@ def main() -> int:
                         help="let a simulated container die every S seconds per agent process (default never)")
     parser.add_argument("--profile", action="store_true", help="cProfile the master (prints the file)")
     parser.add_argument("--keep", action="store_true", help="keep the application directory")
+    parser.add_argument("--restart-at", type=float, default=0.0, metavar="S",
+                        help="after S seconds SIGKILL the master and start its next attempt from the journal")
+    parser.add_argument("--adopt", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--master", metavar="APP_DIR", help=argparse.SUPPRESS)
     parser.add_argument("--agents", metavar="APP_DIR", help=argparse.SUPPRESS)
     parser.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.master:
-        return run_master(args.master, args.profile)
+        return run_master(args.master, args.profile, args.adopt)
     if args.agents:
         asyncio.run(_agents(args.agents, args.index, args.procs, args.seconds, args.lose_every, args.seed))
         return 0
     for containers in ([args.containers] if args.containers else [100, 500, 2000]):
         report(measure(containers, args.operators, args.seconds, args.procs, args.interval_ms, args.lose_every,
-                       args.profile, args.keep))
+                       args.profile, args.keep, args.restart_at))
     return 0
 
 

@@ -1,16 +1,30 @@
 """The master's side of the heartbeat load harness (bench/bench_heartbeats.py) beyond heartbeats.
 
-In the master's process (``--master``), :func:`watch` records when the master
-attempt has deployed: every operator of its plan ACTIVE and every container
-of the plan that is not lost or released RUNNING and heard from (a
-heartbeat) by this attempt. It writes ``sim/progress-<attempt>.json`` once
-the attempt serves (``serving_s``: seconds from the process's start) and
-again once deployed (``deploy_s``: seconds from when planning began, the
-AppMaster's construction; ``since_process_start_s``: from the process's
-start).
+In the master's process (``--master``):
 
-In the harness: :class:`MasterProcess` runs the master's process;
-:func:`list_operators` runs the real CLI against it.
+* :func:`watch` records when the master attempt is *resumed*: every operator
+  of its plan ACTIVE and every container of the plan that is not lost or
+  released RUNNING and heard from (a heartbeat) by this attempt. It writes
+  ``sim/progress-<attempt>.json`` once the attempt serves (``serving_s``:
+  seconds from the process's start) and again once resumed (``deploy_s``:
+  seconds from when planning began, the AppMaster's construction;
+  ``since_process_start_s``: from the process's start; ``launched`` and
+  ``lost``: what this attempt launched and could not adopt by then).
+* :func:`adopting` turns the harness's launcher into one that behaves as
+  :class:`appmaster.launcher.LocalLauncher` does: every launch is a (simulated)
+  process with a pid and a start time, which the master journals
+  (``ContainerStarted``); a new master attempt adopts a container only if the
+  pid and start time it journaled are those the launch recorded and the
+  container has not exited or been killed since, else the container is
+  reported ended (lost) and the master launches a replacement. The simulated
+  agents report that pid in their heartbeats (``jvm_name``), as a real agent
+  does, so the master's impostor check passes.
+
+In the harness: :class:`MasterProcess` runs the master's process(es): with
+``--restart-at S`` it SIGKILLs the first attempt after S seconds and starts
+the second one from the same application directory and journal, as the
+supervisor does (``python -m appmaster`` again: the attempt number comes
+from the journal). :func:`list_operators` runs the real CLI against it.
 """
 
 from __future__ import annotations
@@ -25,6 +39,12 @@ import time
 from typing import Any
 
 import psutil
+
+#: The simulated containers' pids start here (above most real pids; they are never signalled).
+FIRST_PID = 4_000_000
+#: As appmaster.launcher.START_TIME_TOLERANCE: two readings of one start time agree to within it.
+START_TOLERANCE = 0.05
+
 
 def write_json(path: str, doc: dict[str, Any]) -> None:
     """Write ``doc`` so that a reader never sees half of it."""
@@ -82,7 +102,9 @@ def watch(master: Any, sim: str, construct_seconds: float, planned_at: float) ->
         while not master.finished.is_set():
             if resumed():
                 figures.update(deploy_s=time.perf_counter() - planned_at,
-                               since_process_start_s=time.time() - created)
+                               since_process_start_s=time.time() - created,
+                               launched=getattr(master.launcher, "launched", 0),
+                               lost=getattr(master.launcher, "lost", 0))
                 write_json(path, figures)
                 return
             time.sleep(0.1)
@@ -97,16 +119,78 @@ def watch(master: Any, sim: str, construct_seconds: float, planned_at: float) ->
     master.start = serving
 
 
+def adopting(base: type) -> type:
+    """The harness's launcher class ``base`` as one that records processes and adopts them."""
+
+    class AdoptingLauncher(base):  # type: ignore[misc, valid-type]
+        """Launches record ``launch <id> <pid> <start time>``; :meth:`adopt` proves them."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.launched = 0
+            self.lost = 0
+            self._lost: list[tuple[str, int | None]] = []
+            self._records: tuple[dict[str, tuple[int, float]], set[str]] | None = None
+            records, _ = self._read_records()
+            self.next_pid = max((pid for pid, _ in records.values()), default=FIRST_PID - 1) + 1
+
+        def launch(self, request: Any) -> tuple[int, float]:
+            pid, started = self.next_pid, time.time()
+            self.next_pid += 1
+            self.launched += 1
+            self.live.add(request.container_id)
+            self.out.write(f"launch {request.container_id} {pid} {started!r}\n")
+            return pid, started
+
+        def _read_records(self) -> tuple[dict[str, tuple[int, float]], set[str]]:
+            """What was launched (id -> pid, start time) and what has ended (exited or killed)."""
+            records: dict[str, tuple[int, float]] = {}
+            ended: set[str] = set()
+            with open(os.path.join(self.sim, "launched")) as f:
+                for line in f.read().splitlines():
+                    verb, cid, *process = line.split()
+                    if verb == "launch" and process:
+                        records[cid] = (int(process[0]), float(process[1]))
+                    elif verb == "kill":
+                        ended.add(cid)
+            for name in os.listdir(self.sim):
+                if name.startswith("exited-"):
+                    with open(os.path.join(self.sim, name)) as f:
+                        ended.update(f.read().split())
+            return records, ended
+
+        def adopt(self, container_id: str, pid: int, started: float) -> bool:
+            """As LocalLauncher.adopt: only the process launched as this container, still running."""
+            if self._records is None:  # read once: adoption asks for every container in a row
+                self._records = self._read_records()
+            records, ended = self._records
+            recorded = records.get(container_id)
+            if recorded is None or recorded[0] != pid or abs(recorded[1] - started) > START_TOLERANCE \
+                    or container_id in ended:
+                self.lost += 1
+                self._lost.append((container_id, None))
+                return False
+            self.live.add(container_id)
+            return True
+
+        def poll(self) -> list[tuple[str, int | None]]:
+            ended, self._lost = self._lost, []
+            return ended + super().poll()
+
+    return AdoptingLauncher
+
+
 # ---------------------------------------------------------------- the harness's side
 
 class MasterProcess:
-    """The master's process (its attempts'): their CPU time and peak RSS."""
+    """The master's process, and after :meth:`restart` the next attempt's; their CPU time and peak RSS."""
 
     def __init__(self, cmd: list[str], env: dict[str, str], cwd: str, sim: str) -> None:
         self.cmd, self.env, self.cwd, self.sim = cmd, env, cwd, sim
         self.attempt = 0
         self.cpu_before = 0.0  # CPU seconds of the attempts that ended
         self.peak_rss = 0
+        self.restarted_at = 0.0
         self._start()
 
     def _start(self) -> None:
@@ -130,6 +214,16 @@ class MasterProcess:
         """What the current attempt recorded (:func:`watch`)."""
         return read_json(os.path.join(self.sim, f"progress-{self.attempt}.json"))
 
+    def restart(self) -> None:
+        """SIGKILL this attempt (no chance to write anything) and start the next one."""
+        self.cpu_before = self.cpu_seconds()
+        self.popen.send_signal(signal.SIGKILL)
+        self.popen.wait()
+        self.restarted_at = time.time()
+        with open(os.path.join(self.sim, "restarted"), "w") as f:
+            f.write(repr(self.restarted_at))
+        self._start()
+
     def stop(self) -> None:
         self.popen.send_signal(signal.SIGTERM)
         try:
@@ -151,3 +245,12 @@ def list_operators(home: str, app_id: str, root: str) -> tuple[float | None, int
     rows = max(0, len(proc.stdout.strip().splitlines()) - 1)  # a header, then a row per operator
     return (took if proc.returncode == 0 else None), rows, proc.stderr[-2000:]
 
+
+def split_latencies(latencies: list[float], starts: list[float], sim: str) -> list[float]:
+    """The latencies of the calls that began after the restart (none without one)."""
+    try:
+        with open(os.path.join(sim, "restarted")) as f:
+            at = float(f.read())
+    except (OSError, ValueError):
+        return []
+    return [lat for lat, began in zip(latencies, starts) if began >= at]

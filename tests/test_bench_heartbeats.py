@@ -2,8 +2,9 @@
 
 The figures themselves are measured by the bench on demand, not asserted here;
 this checks that a small configuration plans, deploys, heartbeats over real
-gRPC and reports what it must, with every simulated container served; and
-that ``stram list-operators`` answers on it.
+gRPC and reports what it must, with every simulated container served; that
+``stram list-operators`` answers on it; and that with ``--restart-at`` a new
+master attempt resumes from the journal and adopts every simulated container.
 """
 
 from __future__ import annotations
@@ -11,8 +12,11 @@ from __future__ import annotations
 import pathlib
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
+
+from bench.heartbeat_master import adopting
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -37,4 +41,50 @@ def test_harness_runs_a_small_configuration():
     # every operator became ACTIVE, and the CLI listed them all
     assert 0 < float(figures["deploy_s"]) < float(figures["deploy_from_process_start_s"]), figures
     assert float(figures["list_operators_s"]) > 0 and figures["list_operators_rows"] == "250", figures
+    assert "restart_resume_s" not in figures, figures
 
+
+@pytest.mark.slow
+def test_harness_restarts_the_master_and_it_adopts_every_container():
+    figures = _run("--containers", "20", "--operators", "3", "--seconds", "12", "--interval-ms", "500",
+                   "--restart-at", "5")
+    assert figures["containers"] == "20" and figures["operators"] == "60"
+    assert float(figures["deploy_s"]) > 0 and figures["list_operators_rows"] == "60", figures
+    assert float(figures["list_operators_s"]) > 0, figures
+    # the second attempt resumed: every container heard from again, none launched anew, none lost
+    assert 0 < float(figures["restart_serving_s"]) < float(figures["restart_resume_s"]) < 7, figures
+    assert float(figures["restart_restore_s"]) > 0, figures
+    assert figures["relaunched"] == "0" and figures["lost"] == "0", figures
+    assert int(figures["timeouts"]) == 0, figures
+    # the agents went on heartbeating, to the new attempt
+    assert int(figures["heartbeats_after_restart"]) > 20 * 3, figures
+    assert float(figures["p99_after_restart_ms"]) > 0, figures
+
+
+def test_a_new_attempt_adopts_only_the_containers_launched_as_those_processes(tmp_path):
+    class Base:  # what the harness's launcher gives the adopting one
+        def __init__(self) -> None:
+            self.sim = str(tmp_path)
+            self.out = open(tmp_path / "launched", "a", buffering=1)
+            self.live: set[str] = set()
+
+        def poll(self) -> list[tuple[str, int | None]]:
+            return []
+
+    (tmp_path / "launched").write_text("")
+    first = adopting(Base)()
+    started = {cid: first.launch(SimpleNamespace(container_id=cid)) for cid in ("c1", "c2", "c3", "c4", "c5")}
+    assert len({pid for pid, _ in started.values()}) == 5
+    (tmp_path / "exited-0").write_text("c4\n")
+    first.out.write("kill c5\n")
+    second = adopting(Base)()
+    assert second.adopt("c1", *started["c1"])
+    assert not second.adopt("c2", started["c2"][0] + 1, started["c2"][1])  # another pid
+    assert not second.adopt("c3", started["c3"][0], started["c3"][1] + 1)  # another start time
+    assert not second.adopt("c4", *started["c4"])  # exited
+    assert not second.adopt("c5", *started["c5"])  # killed
+    assert second.live == {"c1"} and second.lost == 4
+    assert sorted(second.poll()) == [("c2", None), ("c3", None), ("c4", None), ("c5", None)]
+    assert second.poll() == []
+    # a later launch gets a pid none of the earlier ones had
+    assert second.launch(SimpleNamespace(container_id="c6"))[0] > max(pid for pid, _ in started.values())
