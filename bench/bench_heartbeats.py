@@ -172,7 +172,8 @@ def run_master(app_dir: str, profile: bool, adopt: bool) -> int:
     token = open(os.path.join(sim, "token")).read().strip()
     launcher = heartbeat_master.adopting(FileLauncher)() if adopt else FileLauncher()
     started = time.perf_counter()
-    master = AppMaster(spec, APP_ID, f"file://{app_dir}", token, launcher, host="127.0.0.1")
+    # the garbage collector tuned as in a master process (python -m appmaster)
+    master = AppMaster(spec, APP_ID, f"file://{app_dir}", token, launcher, host="127.0.0.1", tune_gc=True)
     figures: dict[str, Any] = {"plan_seconds": time.perf_counter() - started}
     heartbeat_master.watch(master, sim, figures["plan_seconds"], started)
     journal_times: list[float] = []
