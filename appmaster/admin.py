@@ -30,7 +30,7 @@ from werkzeug.exceptions import HTTPException
 from appmaster import adminauth, console, metrics
 from appmaster.adminbody import MAX_BODY_BYTES, BadBody, Field, parse
 from appmaster.events import ContainerNotRunning, MasterPaused
-from appmaster.reports import operator_rows
+from appmaster.reports import in_chunks, operator_rows
 from appmaster.scaling import MAX_PARTITIONS
 from appmaster.state import KillContainerRequest, StackTraceRequest, UnknownContainer
 
@@ -89,8 +89,11 @@ def create_app(master: Any, auth: adminauth.AdminAuth | None = None) -> Flask:
 
     @app.get("/ws/v2/stram/operators")
     def operators():  # noqa: ANN202
-        # copied under the lock, turned into rows (most of the work) without it
-        return jsonify({"operators": operator_rows(locked(master.state.operator_copies))})
+        # copied under the lock a few hundred operators at a time, turned into rows (most of the
+        # work) without it
+        ops = locked(lambda: list(master.state.plan.operators.values()))
+        copies = [row for chunk in in_chunks(master.lock, ops, master.state.operator_copies) for row in chunk]
+        return jsonify({"operators": operator_rows(copies)})
 
     @app.get("/ws/v2/stram/containers")
     def containers():  # noqa: ANN202

@@ -28,6 +28,7 @@ from appmaster.events import DiskFull, MasterPaused, Resumed
 from appmaster.housekeeping import Purger, tune_gc
 from appmaster.journallog import JournalWriter, read_journal
 from appmaster.launcher import ContainerRequest, Launcher
+from appmaster.reports import in_chunks
 from appmaster.server import UmbilicalServicer, create_server
 from appmaster.state import (AdoptContainer, AdoptContainers, ContainerExited, ContainersStopped,
                              ContainerStarted, DeleteCheckpoints, Finish, Instruction, KillApp,
@@ -550,7 +551,11 @@ class AppMaster(AddressFiles):
         application runs, ``diagnostics`` ``paused: no space left on device writing …``
         (``brief``: without the per-operator tables)."""
         with self.lock:
-            info = self.state.info(brief)
+            info = self.state.info_head(brief)
+            ops = [] if brief else list(self.state.plan.operators.values())
+        for tables in in_chunks(self.lock, ops, self.state.operator_info):  # heartbeats go on between
+            for key, table in tables.items():
+                info[key].update(table)
         paused = dict(info.get("paused") or {})
         mine = self.pauses.describe()
         if mine:

@@ -128,3 +128,34 @@ def test_the_masters_window_samples_are_not_tracked_by_the_garbage_collector():
     assert rows["out"]["last_window_tuples"] == [15, 0] and rows["out"]["tuples_in_total"] == 30
     assert rows["src"]["windows_total"] == 3 and rows["src"]["tuples_out_total"] == 42
     assert rows["out"]["tuples_per_sec"] == (10 + 15) / 2.0
+
+
+def test_readers_copy_a_few_operators_per_hold_of_the_lock_and_see_the_same(monkeypatch):
+    """The operators page and get-app-info copy COPY_CHUNK operators per hold of the master's
+    lock (heartbeats go on in between); pieced together they equal the one-hold answer."""
+    from appmaster import reports
+    run = StateRun(SPEC.replace("src: {", "src: {partitions: 5, "))
+    run.deploy()
+    run.everyone(2, 1)
+    holds = []
+
+    class Lock:
+        def __enter__(self):
+            holds.append(1)
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(reports, "COPY_CHUNK", 2)
+    ops = list(run.state.plan.operators.values())
+    assert len(ops) == 7  # five partitions, their unifier, the output
+    copies = [row for chunk in reports.in_chunks(Lock(), ops, run.state.operator_copies) for row in chunk]
+    assert len(holds) == 4
+    assert reports.operator_rows(copies) == run.state.operator_rows()
+    info = run.state.info_head()
+    for tables in reports.in_chunks(Lock(), ops, run.state.operator_info):
+        for key, table in tables.items():
+            info[key].update(table)
+    assert len(holds) == 8
+    whole = run.state.info()
+    assert info == whole and len(whole["recovery_checkpoints"]) == 7 and len(whole["throughput"]) == 7
