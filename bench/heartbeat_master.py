@@ -88,15 +88,21 @@ def watch(master: Any, sim: str, construct_seconds: float, planned_at: float) ->
             heard.add(event.heartbeat.container_id)
         return answer
 
+    pending: list[Any] = []  # operators not ACTIVE at the last look: only they are looked at again
+
     def resumed() -> bool:
+        nonlocal pending
         gone = (ContainerState.LOST, ContainerState.RELEASED)
-        with master.lock:
+        with master.lock:  # briefly: every heartbeat waits for it
             plan = master.state.plan
             live = [c for c in plan.containers.values() if c.state not in gone]
-            if len(heard) < len(live):  # cheap first: some container has not been heard from yet
+            if len(heard) < len(live) or not all(c.state == ContainerState.RUNNING and c.id in heard
+                                                 for c in live):
                 return False
-            return all(c.state == ContainerState.RUNNING and c.id in heard for c in live) and \
-                all(op.state == OperatorState.ACTIVE for op in plan.operators.values())
+            pending = [op for op in pending if op.state != OperatorState.ACTIVE]
+            if not pending:  # all of them ACTIVE now: look at every operator (once, or again)
+                pending = [op for op in plan.operators.values() if op.state != OperatorState.ACTIVE]
+            return not pending
 
     def poll() -> None:
         while not master.finished.is_set():
