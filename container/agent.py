@@ -33,6 +33,7 @@ from container.bufferserver.server import BufferServer
 from container.codec import get_codec
 from container.logsetup import rate_limit
 from container.stacks import thread_stacks
+from container.umbilical import COMPLAIN_SECONDS, MasterGone, Umbilical  # noqa: F401 - re-exported
 from container.windows import initial_window
 from container.engine import (BEGIN_WINDOW, CHECKPOINT, DATA, END_STREAM, END_WINDOW,
                               DirectSink, Node, NodeState, PublisherSink, QueueSink, load_class)
@@ -47,76 +48,9 @@ _CONTROL = {MessageType.BEGIN_WINDOW: BEGIN_WINDOW, MessageType.END_WINDOW: END_
             MessageType.CHECKPOINT: CHECKPOINT}
 
 
-class MasterGone(Exception):
-    """The master could not be reached for longer than the heartbeat timeout."""
-
-
-#: Seconds between two log lines saying the same thing about an unreachable master.
-COMPLAIN_SECONDS = 5.0
 #: Heartbeat period of a container with no operator left running, for IDLE_FAST_SECONDS after that.
 IDLE_HEARTBEAT_SECONDS = 0.1
 IDLE_FAST_SECONDS = 3.0
-
-
-class Umbilical:
-    """The agent's client of the master; re-reads heartbeatUri when the master moves.
-
-    While it cannot find its master it says why (no ``heartbeatUri`` at the
-    URI, or the address in it refusing calls), at most once every
-    :data:`COMPLAIN_SECONDS` for the same reason.
-    """
-
-    def __init__(self, app_path: str, token: str, timeout: float = 10.0, container_id: str | None = None) -> None:
-        self.app_path = app_path
-        # a container's own credential names its container; the application token (tools) does not
-        self.metadata: tuple[tuple[str, str], ...] = ((proto.TOKEN_METADATA_KEY, token),) + (
-            ((proto.CONTAINER_METADATA_KEY, container_id),) if container_id is not None else ())
-        self.timeout = timeout
-        self.address = ""
-        #: The application's TLS certificate (None: TLS is off), read with the address.
-        self.cert: bytes | None = None
-        self.channel: grpc.Channel | None = None
-        self.stub: proto.StreamingContainerUmbilicalStub | None = None
-        self._complained: tuple[str, float] = ("", -COMPLAIN_SECONDS)
-
-    def complain(self, why: str) -> None:
-        """Log why the master cannot be reached (rate-limited: a new reason, or once per
-        :data:`COMPLAIN_SECONDS`)."""
-        now = time.monotonic()
-        last, at = self._complained
-        if why != last or now - at >= COMPLAIN_SECONDS:
-            self._complained = (why, now)
-            log.warning("cannot reach the master: %s; retrying", why)
-
-    def connect(self, wait: float = 120.0) -> None:
-        """Read ``APP_PATH/heartbeatUri`` (retrying with backoff) and open a channel."""
-        uri = apppath.file(self.app_path, apppath.HEARTBEAT_URI)
-        deadline = time.monotonic() + wait
-        delay = 0.05
-        while True:
-            try:
-                address = fs.read_bytes(uri).decode().strip()
-                break
-            except (FileNotFoundError, OSError) as exc:
-                self.complain(f"no heartbeatUri at {uri}"
-                              + ("" if isinstance(exc, FileNotFoundError) else f" ({exc})"))
-                if time.monotonic() > deadline:
-                    raise MasterGone(f"no master address at {uri} after {wait:.0f}s")
-                time.sleep(delay)
-                delay = min(delay * 2, 1.0)
-        if address != self.address or self.channel is None:
-            if self.channel is not None:
-                self.channel.close()
-            self.address = address
-            # TLS when the master keeps a certificate (written before heartbeatUri): trust it alone
-            self.cert = tls.load_certificate(self.app_path)
-            self.channel = (grpc.secure_channel(address, tls.grpc_channel_credentials(self.cert),
-                                                options=tls.GRPC_CHANNEL_OPTIONS)
-                            if self.cert else grpc.insecure_channel(address))
-            self.stub = proto.StreamingContainerUmbilicalStub(self.channel)
-
-    def call(self, method: str, request: Any, timeout: float | None = None) -> Any:
-        return getattr(self.stub, method)(request, metadata=self.metadata, timeout=timeout or self.timeout)
 
 
 class Agent:
@@ -195,6 +129,7 @@ class Agent:
                     self._wake.clear()
         finally:
             self._close()
+            self.umbilical.close()
         return 0
 
     def _close(self) -> None:

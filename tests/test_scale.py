@@ -408,6 +408,7 @@ def test_master_applies_the_listener_through_the_scale_path(tmp_path, monkeypatc
         assert all(owner_of(3)(w) == k for w in state["totals"])
         merged.update(state["totals"])
     assert merged == totals
+    assert m.purger.drain(10)                     # deleted by the master's purger thread
     assert not ckpt.exists()                      # the old partition's checkpoints are deleted
     assert (tmp_path / "journal" / "snapshot").exists()
     events = [e["text"] for e in m.state.info()["events"] if e["kind"] == "scale"]
