@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-__all__ = ["Tracked", "Tracker", "touch", "structure", "JOURNAL", "COMMITTED"]
+__all__ = ["Tracked", "Tracker", "touch", "structure", "forget", "JOURNAL", "COMMITTED"]
 
 #: Marks a tracker keeps before it forgets them all (its readers then read the whole plan).
 MAX_MARKS = 200_000
@@ -77,6 +77,13 @@ def touch(obj: Any, name: str | None = None) -> None:
         if (name is None or tracker.fields is None or name in tracker.fields) and \
                 (tracker.types is None or isinstance(obj, tracker.types)):
             tracker.mark(obj)
+
+
+def forget() -> None:
+    """Drop every tracker's marks: their readers read the whole plan once (a new epoch)."""
+    for tracker in _TRACKERS:
+        tracker.marks.clear()
+        tracker.epoch += 1
 
 
 def structure() -> int:

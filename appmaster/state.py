@@ -29,7 +29,7 @@ import proto
 from appmaster import journal, scaling
 from appmaster.attributes import default as attribute_default
 from appmaster.deploy import DAG_ATTRIBUTES, DeployMessages
-from appmaster.changes import touch
+from appmaster.changes import forget as forget_marks, touch
 from appmaster.committed import CommittedWindow
 from appmaster.diagnose import Diagnose
 from appmaster.ending import Ending
@@ -84,7 +84,7 @@ class MasterState(DeployMessages, Recovery, Diagnose, StateReports, Ending):
     """
 
     def __init__(self, spec: Any, app_id: str, app_path: str, token: str,
-                 start_window_millis: int, now: int) -> None:
+                 start_window_millis: int, now: int, plan: PhysicalPlan | None = None) -> None:
         self.spec = spec
         self.app_id = app_id
         self.app_path = app_path
@@ -93,8 +93,8 @@ class MasterState(DeployMessages, Recovery, Diagnose, StateReports, Ending):
         #: Window before the first one: "no checkpoint yet".
         self.initial_window = initial_window(self.start_window_millis)
         self.attributes = {name: spec.attribute(name) for name in DAG_ATTRIBUTES}
-        self.plan = PhysicalPlan.from_spec(spec, self.initial_window,
-                                           self.attributes.get("CONTAINERS_MAX_COUNT"))
+        self.plan = plan if plan is not None else PhysicalPlan.from_spec(  # restore brings its own plan
+            spec, self.initial_window, self.attributes.get("CONTAINERS_MAX_COUNT"))
         #: The newest window no failure can make the application process again; never goes backward.
         self.committed = self.initial_window
         self.committed_window = CommittedWindow()
@@ -170,9 +170,9 @@ class MasterState(DeployMessages, Recovery, Diagnose, StateReports, Ending):
         """
         journal.check_version(snapshot)
         try:
-            state = cls(spec, snapshot["app_id"], app_path, token, int(snapshot["start_window_millis"]), now)
+            state = cls(spec, snapshot["app_id"], app_path, token, int(snapshot["start_window_millis"]), now,
+                        plan=journal.plan_from_doc(snapshot["plan"]))
             state.attempt = int(snapshot["attempt"]) + 1
-            state.plan = journal.plan_from_doc(snapshot["plan"])
             state.committed = int(snapshot["committed"])
             state.shutdown_operators = {int(w): [int(i) for i in ids]
                                         for w, ids in snapshot["shutdown_operators"]}
@@ -193,6 +193,7 @@ class MasterState(DeployMessages, Recovery, Diagnose, StateReports, Ending):
                 op.state = OperatorState.PENDING_DEPLOY
                 state.plan.containers[op.container].pending_deploy.add(op.id)
             op.window_advanced_millis = now if op.state == OperatorState.ACTIVE else 0
+        forget_marks()  # of building the plan: kept, each heartbeat scanned them (10 ms at 20k operators)
         state._note(now, "restore", f"master attempt {state.attempt} resumed from the journal: committed "
                                     f"window {window_hex(state.committed)}, {len(state.plan.operators)} operators")
         return state

@@ -159,3 +159,31 @@ def test_readers_copy_a_few_operators_per_hold_of_the_lock_and_see_the_same(monk
     assert len(holds) == 8
     whole = run.state.info()
     assert info == whole and len(whole["recovery_checkpoints"]) == 7 and len(whole["throughput"]) == 7
+
+
+def test_a_restored_state_neither_plans_the_spec_again_nor_keeps_stale_change_marks(monkeypatch):
+    """Restore used to plan the spec, then replace that plan with the journal's: the discarded
+    plan's objects stayed marked changed, and every heartbeat's journal write and committed-window
+    update scanned them (10 ms each at 20,000 operators)."""
+    from appmaster import changes
+    from appmaster.plan import PhysicalPlan
+    from appmaster.spec import AppSpec
+    from appmaster.state import MasterState
+    spec = SPEC.replace("src: {", "src: {partitions: 4, ")
+    run = StateRun(spec)
+    run.deploy()
+    run.everyone(3, 2)
+    doc = run.state.snapshot()
+
+    def no_planning(*args, **kwargs):
+        raise AssertionError("restore planned the spec again")
+
+    monkeypatch.setattr(PhysicalPlan, "from_spec", no_planning)
+    restored = MasterState.restore(AppSpec.from_yaml(spec), doc, run.state.app_path, "test-token", 10_000)
+    assert len(changes.JOURNAL.marks) == 0 and len(changes.COMMITTED.marks) == 0
+    assert restored.snapshot()["plan"] == doc["plan"] or set(restored.plan.operators) == set(run.state.plan.operators)
+    again = StateRun.around(restored)
+    again.everyone(4, 2)
+    assert restored.committed == run.state.committed
+    live = set(map(id, restored.plan.operators.values())) | set(map(id, restored.plan.containers.values()))
+    assert set(changes.JOURNAL.marks) <= live  # only the restored plan's objects, never others
