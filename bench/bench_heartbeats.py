@@ -10,7 +10,8 @@ dispatcher, state, journal (on the local file system) and admin API; only its
 launcher starts no processes: it writes each container it launches to a file
 that the harness's agent processes follow. Each agent process (``--procs``,
 default 2) runs one ``grpc.aio`` channel and a task per simulated container:
-GetInitContext, then a heartbeat every interval the master asks for, with
+GetInitContext, then a heartbeat every interval the master asks for (over one
+``HeartbeatStream`` call, as agents do; ``--unary``: ProcessHeartbeat calls), with
 per-window stats of its operators (input and output port counts, windows
 advancing in real time, a saved checkpoint every CHECKPOINT_WINDOW_COUNT
 windows), deploys and undeploys as the responses say. With ``--lose-every
@@ -267,52 +268,14 @@ class SimContainer:
                                         memory_mb_used=60, container_stats=stats, sent_millis=now)
 
 
-class Umbilical:
-    """An agent process's channel to the master; re-reads ``heartbeatUri`` when a call finds it gone
-    (UNAVAILABLE: a new master attempt serves elsewhere), as a real agent does."""
-
-    def __init__(self, app_dir: str) -> None:
-        self.path = os.path.join(app_dir, "heartbeatUri")
-        self.address = ""
-        self.channels: list[Any] = []
-        self.stub: Any = None
-        self.read_at = 0.0
-
-    def connect(self) -> bool:
-        """A channel to the address in heartbeatUri (a new one if it changed); False while there is none."""
-        import grpc
-
-        import proto
-        self.read_at = time.monotonic()
-        try:
-            address = open(self.path).read().strip()
-        except OSError:
-            return False
-        if address and address != self.address:
-            self.address = address
-            # the old channels are closed at the end: calls in flight on them fail by themselves
-            self.channels.append(grpc.aio.insecure_channel(
-                address, options=[("grpc.max_receive_message_length", 64 << 20)]))
-            self.stub = proto.StreamingContainerUmbilicalStub(self.channels[-1])
-        return bool(self.address)
-
-    def failed(self, code: str) -> None:
-        """A call failed with ``code``: on UNAVAILABLE, read heartbeatUri again (at most every 50 ms)."""
-        if code == "UNAVAILABLE" and time.monotonic() - self.read_at > 0.05:
-            self.connect()
-
-    async def close(self) -> None:
-        for channel in self.channels:
-            await channel.close()
-
-
-async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_every: float, seed: int) -> None:
+async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_every: float, seed: int,
+                  unary: bool = False) -> None:  # noqa: PLR0913
     import grpc
 
     import proto
     sim = os.path.join(app_dir, SIM)
     token = open(os.path.join(sim, "token")).read().strip()
-    umbilical = Umbilical(app_dir)
+    umbilical = heartbeat_master.Umbilical(app_dir)
     while not umbilical.connect():
         await asyncio.sleep(0.05)
     from container.secret import container_credential
@@ -346,12 +309,27 @@ async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_eve
             return
         interval = ctx.heartbeat_interval_millis / 1000
         await asyncio.sleep(rng.random() * interval)  # agents start at different moments
+        stream = None  # as the real agent: heartbeats over one HeartbeatStream call (unary with --unary)
         while not c.ended and time.monotonic() < end:
             request = c.heartbeat(proto, ctx, int(time.time() * 1000))
             began, t0 = time.time(), time.perf_counter()
             try:
-                response = await umbilical.stub.ProcessHeartbeat(request, metadata=metadata, timeout=30)
-            except grpc.aio.AioRpcError as exc:
+                if unary:
+                    response = await umbilical.stub.ProcessHeartbeat(request, metadata=metadata, timeout=30)
+                else:
+                    if stream is None:
+                        stream = umbilical.stub.HeartbeatStream(metadata=metadata)
+                    await stream.write(request)
+                    response = await asyncio.wait_for(stream.read(), 30)
+                    if response is grpc.aio.EOF:
+                        raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, None, None, "stream ended")
+            except (grpc.aio.AioRpcError, asyncio.TimeoutError, asyncio.InvalidStateError) as exc:
+                if stream is not None:  # a write to a call that ended raises InvalidStateError
+                    stream.cancel()
+                    stream = None
+                if not isinstance(exc, grpc.aio.AioRpcError):
+                    exc = grpc.aio.AioRpcError(grpc.StatusCode.DEADLINE_EXCEEDED if isinstance(
+                        exc, asyncio.TimeoutError) else grpc.StatusCode.UNAVAILABLE, None, None, str(exc))
                 errors[exc.code().name] = errors.get(exc.code().name, 0) + 1
                 if exc.code() == grpc.StatusCode.UNAVAILABLE:
                     umbilical.failed(exc.code().name)
@@ -370,6 +348,8 @@ async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_eve
             if response.shutdown:
                 c.ended = True
                 exited.write(f"{c.id}\n")
+                if stream is not None:
+                    await stream.done_writing()
                 return
             interval = (response.heartbeat_interval_millis or ctx.heartbeat_interval_millis) / 1000
             await asyncio.sleep(interval)
@@ -416,7 +396,7 @@ async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_eve
 # ---------------------------------------------------------------- the run
 
 def measure(containers: int, operators: int, seconds: float, procs: int, interval_ms: int, lose_every: float,
-            profile: bool, keep: bool, restart_at: float = 0.0) -> dict[str, Any]:
+            profile: bool, keep: bool, restart_at: float = 0.0, unary: bool = False) -> dict[str, Any]:
     import psutil
 
     from appmaster.adminhttp import request_json
@@ -437,7 +417,8 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
         [*me, "--master", app_dir] + (["--profile"] if profile else []) + (["--adopt"] if restart_at else []),
         env, str(ROOT), sim)
     agents = [subprocess.Popen([*me, "--agents", app_dir, "--index", str(i), "--procs", str(procs),
-                                "--seconds", str(seconds), "--lose-every", str(lose_every)], env=env, cwd=ROOT)
+                                "--seconds", str(seconds), "--lose-every", str(lose_every)]
+                               + (["--unary"] if unary else []), env=env, cwd=ROOT)
               for i in range(procs)]
     t0 = time.monotonic()
     admin_ms: list[float] = []
@@ -485,6 +466,7 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
     pick = lambda q, xs=latencies: 1000 * xs[min(len(xs) - 1, int(q * len(xs)))] if xs else 0.0  # noqa: E731
     result = {
         "containers": containers, "operators": operators * containers, "seconds": round(wall, 1),
+        "transport": "unary" if unary else "stream",
         "heartbeats": len(latencies), "heartbeats_per_s": round(len(latencies) / wall, 1),
         "p50_ms": round(pick(0.50), 2), "p99_ms": round(pick(0.99), 2), "max_ms": round(pick(1.0), 2),
         "errors": sum(errors.values()), "timeouts": timeouts,
@@ -564,15 +546,18 @@ def main() -> int:
     parser.add_argument("--agents", metavar="APP_DIR", help=argparse.SUPPRESS)
     parser.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--unary", action="store_true",
+                        help="heartbeat with unary ProcessHeartbeat calls (default: HeartbeatStream, as agents do)")
     args = parser.parse_args()
     if args.master:
         return run_master(args.master, args.profile, args.adopt)
     if args.agents:
-        asyncio.run(_agents(args.agents, args.index, args.procs, args.seconds, args.lose_every, args.seed))
+        asyncio.run(_agents(args.agents, args.index, args.procs, args.seconds, args.lose_every, args.seed,
+                            args.unary))
         return 0
     for containers in ([args.containers] if args.containers else [100, 500, 2000]):
         report(measure(containers, args.operators, args.seconds, args.procs, args.interval_ms, args.lose_every,
-                       args.profile, args.keep, args.restart_at))
+                       args.profile, args.keep, args.restart_at, args.unary))
     return 0
 
 

@@ -25,6 +25,8 @@ In the harness: :class:`MasterProcess` runs the master's process(es): with
 the second one from the same application directory and journal, as the
 supervisor does (``python -m appmaster`` again: the attempt number comes
 from the journal). :func:`list_operators` runs the real CLI against it.
+
+In the agent processes: :class:`Umbilical` is their channel to the master.
 """
 
 from __future__ import annotations
@@ -260,3 +262,42 @@ def split_latencies(latencies: list[float], starts: list[float], sim: str) -> li
     except (OSError, ValueError):
         return []
     return [lat for lat, began in zip(latencies, starts) if began >= at]
+
+
+class Umbilical:
+    """An agent process's channel to the master; re-reads ``heartbeatUri`` when a call finds it gone
+    (UNAVAILABLE: a new master attempt serves elsewhere), as a real agent does."""
+
+    def __init__(self, app_dir: str) -> None:
+        self.path = os.path.join(app_dir, "heartbeatUri")
+        self.address = ""
+        self.channels: list[Any] = []
+        self.stub: Any = None
+        self.read_at = 0.0
+
+    def connect(self) -> bool:
+        """A channel to the address in heartbeatUri (a new one if it changed); False while there is none."""
+        import grpc
+
+        import proto
+        self.read_at = time.monotonic()
+        try:
+            address = open(self.path).read().strip()
+        except OSError:
+            return False
+        if address and address != self.address:
+            self.address = address
+            # the old channels are closed at the end: calls in flight on them fail by themselves
+            self.channels.append(grpc.aio.insecure_channel(
+                address, options=[("grpc.max_receive_message_length", 64 << 20)]))
+            self.stub = proto.StreamingContainerUmbilicalStub(self.channels[-1])
+        return bool(self.address)
+
+    def failed(self, code: str) -> None:
+        """A call failed with ``code``: on UNAVAILABLE, read heartbeatUri again (at most every 50 ms)."""
+        if code == "UNAVAILABLE" and time.monotonic() - self.read_at > 0.05:
+            self.connect()
+
+    async def close(self) -> None:
+        for channel in self.channels:
+            await channel.close()
