@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import logging
 import socket
 import struct
@@ -778,3 +779,27 @@ def test_tls_server_refuses_plain_clients_and_strangers_and_keeps_serving(tls_se
                                 ssl_context=tls.client_context(identity.cert_pem)))
     good.thread.join(5)
     assert good.msgs == windows([BASE]) + [(M.END_STREAM, None)]
+
+
+@pytest.fixture(autouse=True)
+def fresh_log_limit():
+    """Every test starts with the log's rate limit unspent (its counts are per process)."""
+    from container.bufferserver import server as server_mod
+    server_mod.LOG_LIMIT._seen.clear()
+    yield server_mod.LOG_LIMIT
+    server_mod.LOG_LIMIT._seen.clear()
+
+
+def test_a_flood_of_refused_connections_writes_a_bounded_log(server, caplog, fresh_log_limit):
+    """500 connections with a wrong token: each refused, the log says so at most LOG_LIMIT.burst
+    times per message in its interval (then counts), and the server still serves."""
+    caplog.set_level(logging.INFO, logger="container.bufferserver")
+    for _ in range(500):
+        with pytest.raises(BufferServerError, match="wrong token"):
+            RemotePublisher(server.host, server.port, b"nope", "p", 0)
+    refusals = [r for r in caplog.records if "wrong token" in r.getMessage()]
+    assert 1 <= len(refusals) <= fresh_log_limit.burst
+    by_template = collections.Counter(str(r.msg) for r in caplog.records)
+    assert max(by_template.values()) <= fresh_log_limit.burst
+    publish(server.publisher("p", 0), windows([BASE]) + [(M.END_STREAM, None)])
+    assert read_all(server, "p", BASE) == windows([BASE]) + [(M.END_STREAM, None)]

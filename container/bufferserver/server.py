@@ -28,12 +28,16 @@ from container.bufferserver.protocol import (
     MAX_FRAME, BufferServerError, MessageType, ProtocolError, _as_token, _Body, _frame,
 )
 from container.bufferserver.store import Publisher, _flatten, _Stream, _Sub, _wanted
+from container.logsetup import rate_limit
 from container.secret import scoped_credential
 
 __all__ = ["BufferServer"]
 
 #: One logger for the whole package, under the name it always had.
 log = logging.getLogger("container.bufferserver")
+#: A flood of refused or broken connections must not fill the container's disk: a message
+#: (whatever its peer) is written at most 50 times in 10 s, then counted.
+LOG_LIMIT = rate_limit(log, burst=50, interval=10.0)
 
 _MAX_REQUEST = 1 << 20                 # largest request frame (before a connection's role is known)
 
