@@ -28,6 +28,7 @@ from appmaster.events import DiskFull, MasterPaused, Resumed
 from appmaster.housekeeping import Purger, tune_gc
 from appmaster.journallog import JournalWriter, read_journal
 from appmaster.launcher import ContainerRequest, Launcher
+from appmaster.listener import load_listener
 from appmaster.reports import in_chunks
 from appmaster.server import UmbilicalServicer, create_server
 from appmaster.state import (AdoptContainer, AdoptContainers, ContainerExited, ContainersStopped,
@@ -158,6 +159,7 @@ class AppMaster(AddressFiles):
         self.pauses = space.Pauses(float(spec.attribute("DISK_FULL_TIMEOUT_SECS")))
         #: The thread whose journal write waits for space (events from others are refused).
         self._pause_thread: int | None = None
+        self._starting: int | None = None  # the thread dispatching Start or AdoptContainers
         self._pause_wait = threading.Condition(self.lock)  # waits with the master's lock released
         self._last_pause_status = 0.0
         self._pending_exits: list[tuple[str, int | None]] = []
@@ -180,7 +182,7 @@ class AppMaster(AddressFiles):
         #: Seconds a scale request retries a transient refusal (the CLI's HTTP timeout is 10 s).
         self.scale_wait = 5.0
         #: The DAG's STATS_LISTENER ("module:function"), called at most once a second.
-        self.stats_listener = _load_listener(spec)
+        self.stats_listener = load_listener(spec)
         self._listener_millis = 0
         self._listener_heartbeats = -1
         self._listener_complaints: dict[str, str] = {}
@@ -227,7 +229,11 @@ class AppMaster(AddressFiles):
             self.write_status(final=False)
 
     def _refusing(self) -> str:
-        """Why events from this thread are refused now: another thread's journal waits for space."""
+        """Why events from this thread are refused now: another thread's journal waits for space,
+        or the master takes over the previous attempt's containers (2,000 heartbeats arriving at
+        once kept the lock from the adoption for 30 s; agents retry a ``paused:`` refusal)."""
+        if self._starting not in (None, threading.get_ident()):
+            return "paused: starting (taking over the containers)"
         owner = self._pause_thread
         if owner is None or owner == threading.get_ident() or self.state.state != "RUNNING":
             return ""  # an application that ends no longer waits for its journal
@@ -400,10 +406,14 @@ class AppMaster(AddressFiles):
         no_space = self._write_address_files()
         log.info("application %s: umbilical at %s:%d, admin API at %s", self.app_id, self.host,
                  self.port, self.admin_url)
-        if self.state.attempt == 1:
-            self.dispatch(Start(_now()))
-        else:  # a new attempt takes over the containers the previous master started
-            self.dispatch(AdoptContainers(_now(), getattr(self.launcher, "adopt", None) is not None))
+        self._starting = threading.get_ident()  # until then, other threads' events are refused
+        try:
+            if self.state.attempt == 1:
+                self.dispatch(Start(_now()))
+            else:  # a new attempt takes over the containers the previous master started
+                self.dispatch(AdoptContainers(_now(), getattr(self.launcher, "adopt", None) is not None))
+        finally:
+            self._starting = None
         if self.tune_gc:
             tune_gc()
         if no_space and self.state.state == "RUNNING":  # after the adoption: its containers are stopped too
@@ -572,22 +582,6 @@ KEEP_FILES_SECONDS = 2.0
 
 #: The stats listener is called at most this often.
 LISTENER_INTERVAL_MILLIS = 1000
-
-
-def _load_listener(spec: Any) -> Any:
-    """The DAG's STATS_LISTENER function, or None (a broken reference is logged, not fatal)."""
-    try:
-        ref = spec.attribute("STATS_LISTENER")
-    except Exception:  # noqa: BLE001 - specs without the attribute
-        return None
-    if not ref:
-        return None
-    from container.engine import load_class
-    try:
-        return load_class(ref)
-    except Exception:  # noqa: BLE001
-        log.exception("cannot load STATS_LISTENER %s; running without it", ref)
-        return None
 
 
 def install_signal_handlers(master: AppMaster) -> None:

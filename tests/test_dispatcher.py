@@ -146,3 +146,43 @@ def test_the_master_refuses_an_unknown_instruction(tmp_path):
     master.state.handle = MasterState.handle.__get__(master.state)
     master.dispatch(state_mod.Start(0))
     assert sorted(master.launcher.launched) == sorted(master.state.plan.containers)
+
+
+def test_while_the_master_starts_other_threads_events_are_refused_as_paused(tmp_path):
+    """A new attempt adopts its containers before anything else: 2,000 agents heartbeating the
+    moment heartbeatUri appeared kept the lock from the adoption for 30 s (the lock is not fair).
+    Their events are refused ``paused:`` meanwhile (agents retry those), the starting thread's pass."""
+    from appmaster.events import MasterPaused
+
+    class Local(FakeLauncher):
+        tls_by_default = False
+
+    master = AppMaster(AppSpec.from_yaml(SPEC), "app-door", f"file://{tmp_path}", "tok", Local(),
+                       host="127.0.0.1")
+    inside: list[str] = []
+    done = threading.Event()
+
+    def other_thread() -> None:
+        try:
+            master.dispatch(Tick(1))
+            inside.append("served")
+        except MasterPaused as exc:
+            inside.append(str(exc))
+        done.set()
+
+    real = FakeLauncher.launch
+
+    def launch(self, request) -> None:  # noqa: ANN001 - runs in the starting thread, mid-Start
+        if not done.is_set():
+            threading.Thread(target=other_thread).start()
+            assert done.wait(5)
+        real(self, request)
+
+    master.launcher.launch = launch.__get__(master.launcher)
+    master.start()
+    try:
+        assert inside == ["paused: starting (taking over the containers)"]
+        assert sorted(master.launcher.launched) == sorted(master.state.plan.containers)
+        master.dispatch(Tick(2))  # once started, every thread is served
+    finally:
+        master.stop()
