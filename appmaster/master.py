@@ -195,6 +195,8 @@ class AppMaster(AddressFiles):
         checkpoint deletion), so a restarted master never resumes from
         anything that was already purged.
         """
+        if self._starting == threading.get_ident():
+            self._starting = None  # Start or AdoptContainers is handled: its actions need no gate
         what = f"writing the journal under {self.app_path}"
         began: float | None = None
         delay = 0.05
@@ -406,7 +408,7 @@ class AppMaster(AddressFiles):
         no_space = self._write_address_files()
         log.info("application %s: umbilical at %s:%d, admin API at %s", self.app_id, self.host,
                  self.port, self.admin_url)
-        self._starting = threading.get_ident()  # until then, other threads' events are refused
+        self._starting = threading.get_ident()  # until it is handled, other threads' events are refused
         try:
             if self.state.attempt == 1:
                 self.dispatch(Start(_now()))

@@ -151,7 +151,10 @@ def test_the_master_refuses_an_unknown_instruction(tmp_path):
 def test_while_the_master_starts_other_threads_events_are_refused_as_paused(tmp_path):
     """A new attempt adopts its containers before anything else: 2,000 agents heartbeating the
     moment heartbeatUri appeared kept the lock from the adoption for 30 s (the lock is not fair).
-    Their events are refused ``paused:`` meanwhile (agents retry those), the starting thread's pass."""
+    Until Start or AdoptContainers is handled, other threads' events are refused ``paused:``
+    (agents retry those); once it is, its actions (launches) run with every thread served."""
+    import time
+
     from appmaster.events import MasterPaused
 
     class Local(FakeLauncher):
@@ -159,30 +162,36 @@ def test_while_the_master_starts_other_threads_events_are_refused_as_paused(tmp_
 
     master = AppMaster(AppSpec.from_yaml(SPEC), "app-door", f"file://{tmp_path}", "tok", Local(),
                        host="127.0.0.1")
-    inside: list[str] = []
-    done = threading.Event()
-
-    def other_thread() -> None:
-        try:
-            master.dispatch(Tick(1))
-            inside.append("served")
-        except MasterPaused as exc:
-            inside.append(str(exc))
-        done.set()
-
+    during_launch: list[str] = []
     real = FakeLauncher.launch
 
-    def launch(self, request) -> None:  # noqa: ANN001 - runs in the starting thread, mid-Start
-        if not done.is_set():
-            threading.Thread(target=other_thread).start()
-            assert done.wait(5)
+    def launch(self, request) -> None:  # noqa: ANN001 - an action of Start: the gate is open
+        def other() -> None:
+            try:
+                master.dispatch(Tick(3))
+                during_launch.append("served")
+            except MasterPaused as exc:
+                during_launch.append(str(exc))
+        t = threading.Thread(target=other)
+        t.start()
+        t.join(5)
         real(self, request)
 
     master.launcher.launch = launch.__get__(master.launcher)
-    master.start()
+    with master.lock:  # the starting thread waits for the lock, as it did behind 2,000 heartbeats
+        starter = threading.Thread(target=master.start)
+        starter.start()
+        deadline = time.monotonic() + 10
+        while master._starting is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        with pytest.raises(MasterPaused, match="paused: starting"):
+            master.dispatch(Tick(1))
+    starter.join(10)
     try:
-        assert inside == ["paused: starting (taking over the containers)"]
+        assert not starter.is_alive() and master._starting is None
         assert sorted(master.launcher.launched) == sorted(master.state.plan.containers)
+        assert during_launch and set(during_launch) == {"served"}
         master.dispatch(Tick(2))  # once started, every thread is served
     finally:
         master.stop()
