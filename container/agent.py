@@ -318,12 +318,12 @@ class Agent:
             self.committed = r.committed_window_id
             for node in self.nodes.values():
                 node.requests.append(("committed", self.committed))
-            for node in self.finished.values():
-                self._safe(node, node.operator.committed, self.committed)
             if self.buffer_server is not None:
                 # every restart resumes after a checkpoint >= committed, so windows <= committed
                 # are never replayed; "- 1" keeps the newest of them as a one-window safety margin
                 self.buffer_server.purge("", self.committed - 1)
+        for node in self.finished.values():
+            self._tell_committed(node)
         for op_id in r.undeploy_request:
             self._undeploy(op_id)
         for pub in r.reset_publishers:
@@ -336,6 +336,17 @@ class Agent:
             if node is not None and req.request_type == proto.StramToNodeRequest.SHUTDOWN_OPERATOR:
                 node.requests.append(("shutdown", None))
         return r.shutdown
+
+    def _tell_committed(self, node: Node) -> None:
+        """An operator that ended: ``committed`` with the newest committed window, from this thread.
+
+        Its own thread took committed windows between windows and is gone, and one that
+        reached it after its last window (a heartbeat's answer while it was ending) is still
+        queued: without this an output would never make its last windows final.
+        """
+        if node.committed_seen < self.committed:
+            node.committed_seen = self.committed
+            self._safe(node, node.operator.committed, self.committed)
 
     def _safe(self, node: Node, fn: Any, *args: Any) -> None:
         try:
@@ -355,6 +366,8 @@ class Agent:
         if node is None:
             return
         node.stop(teardown=False)  # nothing it does reaches a stream after this
+        if node.state == NodeState.SHUTDOWN:  # ended, its end not yet reported: its last windows are final
+            self._tell_committed(node)
         self._await_teardown(op_id)
         self._ending[op_id] = f"{node.name} ({op_id})"
         thread = threading.Thread(target=self._tear_down, args=(node,), name=f"teardown-{op_id}", daemon=True)

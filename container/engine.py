@@ -275,6 +275,8 @@ class Node:
         self.saved_checkpoints: list[int] = []
         self.stats: collections.deque[WindowStats] = collections.deque(maxlen=1000)
         self.requests: collections.deque[tuple[str, Any]] = collections.deque()
+        #: The newest committed window the operator's ``committed`` was called with.
+        self.committed_seen = -1
         self.thread: threading.Thread | None = None
         self.inline = False  # runs on its upstream's thread
         self.stopped = threading.Event()
@@ -465,6 +467,7 @@ class Node:
             what, value = self.requests.popleft()
             if what == "committed":
                 self.operator.committed(value)
+                self.committed_seen = value
             elif what == "shutdown":
                 drain = getattr(self.operator, "request_shutdown", None)
                 if drain is None:
