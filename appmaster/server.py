@@ -80,7 +80,8 @@ class UmbilicalServicer(proto.StreamingContainerUmbilicalServicer):
         :class:`TokenGate` proved the caller holds the credential of the container its
         metadata names (or the application token, which may speak for any container).
         """
-        caller = dict(context.invocation_metadata()).get(proto.CONTAINER_METADATA_KEY)
+        caller = context.caller if isinstance(context, _CallContext) else \
+            dict(context.invocation_metadata()).get(proto.CONTAINER_METADATA_KEY)
         if caller is not None and caller != container_id:
             log.warning("refused call from %s: container %r's credential used for container %r",
                         context.peer(), caller, container_id)
@@ -126,11 +127,14 @@ class _Abort(Exception):
 class _CallContext:
     """The part of a call's context the servicer uses, for a method run in a worker thread."""
 
-    __slots__ = ("_metadata", "_peer")
+    __slots__ = ("_metadata", "_peer", "caller")
 
     def __init__(self, context: Any) -> None:
         self._metadata = tuple(context.invocation_metadata() or ())
         self._peer = context.peer()
+        #: The container the call's credential belongs to (None: the application token); read once
+        #: per call, not per message of a heartbeat stream.
+        self.caller = dict(self._metadata).get(proto.CONTAINER_METADATA_KEY)
 
     def invocation_metadata(self) -> tuple:
         return self._metadata
