@@ -12,7 +12,6 @@ deleting checkpoints, writing ``heartbeatUri`` and the status file under
 
 from __future__ import annotations
 
-import collections
 import json
 import logging
 import os
@@ -20,10 +19,11 @@ import signal
 import socket
 import threading
 import time
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from appmaster import scaling
 from appmaster.addressfiles import AddressFiles
+from appmaster.dispatcher import Dispatcher
 from appmaster.events import DiskFull, MasterPaused, Resumed
 from appmaster.housekeeping import Purger, tune_gc
 from appmaster.journallog import JournalWriter, read_journal
@@ -32,10 +32,9 @@ from appmaster.listener import load_listener
 from appmaster.reports import in_chunks
 from appmaster.server import UmbilicalServicer, create_server
 from appmaster.state import (AdoptContainer, AdoptContainers, ContainerExited, ContainersStopped,
-                             ContainerStarted, DeleteCheckpoints, Finish, Instruction, KillApp,
-                             KillContainer, LaunchContainer, MasterEvent, MasterState, Note, Reply,
-                             ScaleRequest, ShutdownRequest, SplitCheckpoints, Start, Tick,
-                             UnknownInstruction)
+                             ContainerStarted, DeleteCheckpoints, Finish, KillApp, KillContainer,
+                             LaunchContainer, MasterState, Note, ScaleRequest, ShutdownRequest,
+                             SplitCheckpoints, Start, Tick)
 from container import apppath, fs, space, tls
 from container.logsetup import rate_limit
 from container.secret import container_credential
@@ -50,85 +49,6 @@ rate_limit(journal_log, burst=3, interval=30.0)
 
 def _now() -> int:
     return int(time.time() * 1000)
-
-
-class Dispatcher:
-    """The one door into a :class:`MasterState`: lock → handle → journal → carry out.
-
-    Parameters
-    ----------
-    state, lock:
-        The state and the lock every reader and writer of it holds.
-    actions:
-        Instruction type -> what carries it out. :class:`Reply` needs none (its value
-        is returned to the caller); an instruction of any other type without an
-        action is an error (:class:`UnknownInstruction`), never dropped.
-    journal:
-        Writes what a new master attempt needs (called under the lock, before anything
-        the event decided leaves the master).
-    """
-
-    def __init__(self, state: MasterState, lock: threading.RLock,
-                 actions: Mapping[type[Instruction], Callable[[Any], None]],
-                 journal: Callable[[], None] = lambda: None,
-                 refusing: Callable[[], str] = lambda: "") -> None:
-        self.state = state
-        self.lock = lock
-        self.actions = dict(actions)
-        self.journal = journal
-        #: Why events are refused now ("" when they are not): the master's writes wait for space.
-        self.refusing = refusing
-
-    def dispatch(self, event: MasterEvent) -> Any:
-        """Handle ``event``; the value of its :class:`Reply` (None without one).
-
-        Under the lock: the state handles the event; a :class:`SplitCheckpoints` is
-        carried out at once (the state waits for those files) and the event it names
-        is handled next; every instruction is checked to have an action; the journal
-        is written. Then, outside the lock, the instructions are carried out in order
-        (one that fails is logged and the others still run).
-
-        Raises
-        ------
-        MasterPaused
-            The journal waits for space (in another thread); nothing changed.
-        UnknownInstruction
-            An instruction without an action (nothing was carried out).
-        UnknownEvent, UnknownContainer, ScaleRefused, ...
-            What the state raised for the event (nothing was carried out).
-        """
-        with self.lock:
-            why = self.refusing()
-            if why:
-                raise MasterPaused(why)
-            instructions: list[Instruction] = []
-            queue: collections.deque[MasterEvent] = collections.deque([event])
-            while queue:
-                for ins in self.state.handle(queue.popleft()):
-                    if isinstance(ins, SplitCheckpoints):
-                        self._action(ins)(ins)
-                        queue.append(ins.then)
-                    else:
-                        instructions.append(ins)
-            replies = [ins.value for ins in instructions if isinstance(ins, Reply)]
-            if len(replies) > 1:
-                raise RuntimeError(f"{type(event).__name__} was answered {len(replies)} times; "
-                                   f"an event has one sender")
-            work = [(self._action(ins), ins) for ins in instructions if not isinstance(ins, Reply)]
-            self.journal()
-        for action, ins in work:
-            try:
-                action(ins)
-            except Exception:  # noqa: BLE001 - one failed action must not stop the master
-                log.exception("could not carry out %s", ins)
-        return replies[0] if replies else None
-
-    def _action(self, ins: Instruction) -> Callable[[Any], None]:
-        action = self.actions.get(type(ins))
-        if action is None:
-            raise UnknownInstruction(f"no action carries out {type(ins).__name__} ({ins!r}); "
-                                     f"known: {', '.join(sorted(t.__name__ for t in self.actions))}")
-        return action
 
 
 class AppMaster(AddressFiles):
@@ -172,6 +92,8 @@ class AppMaster(AddressFiles):
             refusing=self._refusing)
         #: The one way into the state (:meth:`Dispatcher.dispatch`).
         self.dispatch = self.dispatcher.dispatch
+        #: Heartbeats that arrived together, under one hold of the lock (:meth:`Dispatcher.dispatch_many`).
+        self.dispatch_many = self.dispatcher.dispatch_many
         self.finished = threading.Event()
         self.final: Finish | None = None
         self.server = None
@@ -395,7 +317,7 @@ class AppMaster(AddressFiles):
 
     # ------------------------------------------------------------ run
     def start(self) -> None:
-        servicer = UmbilicalServicer(self.dispatch, self.token)
+        servicer = UmbilicalServicer(self.dispatch, self.token, self.dispatch_many)
         # only where callers are: 127.0.0.1 locally, the node's address on YARN (STRAM_BIND_HOST overrides)
         bind = os.environ.get("STRAM_BIND_HOST") or self.host
         self.server, self.port = create_server(servicer, host=bind, port=0, tls_identity=self._tls_identity())

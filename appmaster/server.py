@@ -62,9 +62,22 @@ class UmbilicalServicer(proto.StreamingContainerUmbilicalServicer):
         before they reach the servicer.
     """
 
-    def __init__(self, dispatch: Callable[[MasterEvent], Any], token: str) -> None:
+    def __init__(self, dispatch: Callable[[MasterEvent], Any], token: str,
+                 dispatch_many: Callable[[list[MasterEvent]], list[Any]] | None = None) -> None:
         self.dispatch = dispatch
         self.token = token
+        #: Handles a batch of events at once (:meth:`appmaster.dispatcher.Dispatcher.dispatch_many`):
+        #: per event its reply or the exception it raised. Default: ``dispatch`` one by one.
+        self.dispatch_many = dispatch_many or self._one_by_one
+
+    def _one_by_one(self, events: list[MasterEvent]) -> list[Any]:
+        results: list[Any] = []
+        for event in events:
+            try:
+                results.append(self.dispatch(event))
+            except Exception as exc:  # noqa: BLE001 - that event's answer
+                results.append(exc)
+        return results
 
     def _dispatch(self, event: MasterEvent, context: grpc.ServicerContext) -> Any:
         """The master's answer to ``event``; UNAVAILABLE ``paused: …`` while its writes wait for space."""
@@ -115,6 +128,34 @@ class UmbilicalServicer(proto.StreamingContainerUmbilicalServicer):
         # the dispatcher journals before the response or any deletion acts on the new state
         return self._dispatch(Heartbeat(request, _now(), context.peer()), context)
 
+    def heartbeats(self, calls: list[tuple[proto.ContainerHeartbeat, "_CallContext"]]) -> list[Any]:
+        """Heartbeats from several streams, handled together (:meth:`dispatch_many`).
+
+        Per heartbeat: its response, or what ends its call: an :class:`_Abort` (refused,
+        or ``paused: …``) or the exception its handling raised.
+        """
+        results: list[Any] = [None] * len(calls)
+        events: list[MasterEvent] = []
+        where: list[int] = []
+        now = _now()
+        for i, (request, call) in enumerate(calls):
+            try:
+                self._as_caller(request.container_id, call)
+            except _Abort as exc:
+                results[i] = exc
+                continue
+            events.append(Heartbeat(request, now, call.peer()))
+            where.append(i)
+        if events:
+            try:
+                answers = self.dispatch_many(events)
+            except Exception as exc:  # noqa: BLE001 - MasterPaused, or the journal failed: every one's answer
+                answers = [exc] * len(events)
+            for i, answer in zip(where, answers):
+                results[i] = _Abort(grpc.StatusCode.UNAVAILABLE, str(answer)) \
+                    if isinstance(answer, MasterPaused) else answer
+        return results
+
 
 class _Abort(Exception):
     """A servicer method's ``context.abort`` in a worker thread, carried to the event loop."""
@@ -152,6 +193,7 @@ class AsyncUmbilical(proto.StreamingContainerUmbilicalServicer):
     def __init__(self, servicer: UmbilicalServicer, pool: futures.Executor) -> None:
         self.servicer = servicer
         self.pool = pool
+        self.batches = _Batches(servicer.heartbeats, pool)
 
     async def _run(self, method: Callable[[Any, Any], Any], request: Any, context: Any,
                    call: _CallContext | None = None) -> Any:
@@ -174,10 +216,65 @@ class AsyncUmbilical(proto.StreamingContainerUmbilicalServicer):
         return await self._run(self.servicer.ProcessHeartbeat, request, context)
 
     async def HeartbeatStream(self, requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
-        """One response per heartbeat, in order; a refused heartbeat ends the call with its status."""
+        """One response per heartbeat, in order; a refused heartbeat ends the call with its status.
+
+        The heartbeats of all streams that wait meanwhile are handled together (:class:`_Batches`).
+        """
         call = _CallContext(context)
         async for request in requests:
-            yield await self._run(self.servicer.ProcessHeartbeat, request, context, call)
+            answer = await self.batches.submit(request, call)
+            if isinstance(answer, _Abort):
+                await context.abort(answer.code, answer.details)
+            if isinstance(answer, BaseException):
+                raise answer
+            yield answer
+
+
+#: Most heartbeats handled in one batch (one hold of the master's lock, one journal write).
+MAX_BATCH = 32
+
+
+class _Batches:
+    """The heartbeats of every stream, handed to ``handle`` in batches in ``pool``, one batch at a time.
+
+    While a batch is handled, the heartbeats that arrive wait and form the next one:
+    alone, a heartbeat is a batch of one; under load, the master takes its lock and
+    writes its journal once for up to :data:`MAX_BATCH` of them. Runs on the event loop.
+    """
+
+    def __init__(self, handle: Callable[[list[tuple[Any, _CallContext]]], list[Any]],
+                 pool: futures.Executor, limit: int = MAX_BATCH) -> None:
+        self.handle = handle
+        self.pool = pool
+        self.limit = limit
+        self.waiting: list[tuple[Any, _CallContext, asyncio.Future]] = []
+        self.running = False
+
+    async def submit(self, request: Any, call: _CallContext) -> Any:
+        """The answer to ``request``: a response, an :class:`_Abort` or an exception."""
+        loop = asyncio.get_running_loop()
+        answer = loop.create_future()
+        self.waiting.append((request, call, answer))
+        if not self.running:
+            self.running = True
+            loop.create_task(self._drain())
+        return await answer
+
+    async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while self.waiting:
+                batch, self.waiting = self.waiting[:self.limit], self.waiting[self.limit:]
+                try:
+                    answers = await loop.run_in_executor(self.pool, self.handle,
+                                                         [(request, call) for request, call, _ in batch])
+                except Exception as exc:  # noqa: BLE001 - every heartbeat of the batch gets it
+                    answers = [exc] * len(batch)
+                for (_, _, answer), value in zip(batch, answers):
+                    if not answer.done():  # its call may have ended meanwhile
+                        answer.set_result(value)
+        finally:
+            self.running = False
 
 
 class TokenGate(grpc.aio.ServerInterceptor):

@@ -82,13 +82,20 @@ def watch(master: Any, sim: str, construct_seconds: float, planned_at: float) ->
     figures: dict[str, Any] = {"attempt": attempt,
                                "plan_seconds" if attempt == 1 else "restore_seconds": construct_seconds}
     heard: set[str] = set()
-    dispatch, start = master.dispatch, master.start
+    dispatch, dispatch_many, start = master.dispatch, master.dispatch_many, master.start
 
     def counting(event: Any) -> Any:
         answer = dispatch(event)
         if type(event) is Heartbeat:
             heard.add(event.heartbeat.container_id)
         return answer
+
+    def counting_many(events: list[Any]) -> list[Any]:
+        answers = dispatch_many(events)
+        for event, answer in zip(events, answers):
+            if type(event) is Heartbeat and not isinstance(answer, Exception):
+                heard.add(event.heartbeat.container_id)
+        return answers
 
     pending: list[Any] = []  # operators not ACTIVE at the last look: only they are looked at again
 
@@ -123,7 +130,8 @@ def watch(master: Any, sim: str, construct_seconds: float, planned_at: float) ->
         write_json(path, figures)
         threading.Thread(target=poll, name="bench-progress", daemon=True).start()
 
-    master.dispatch = counting  # the umbilical servicer is made in start(), with master.dispatch
+    # the umbilical servicer is made in start(), with master.dispatch and master.dispatch_many
+    master.dispatch, master.dispatch_many = counting, counting_many
     master.start = serving
 
 

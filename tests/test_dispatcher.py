@@ -195,3 +195,37 @@ def test_while_the_master_starts_other_threads_events_are_refused_as_paused(tmp_
         master.dispatch(Tick(2))  # once started, every thread is served
     finally:
         master.stop()
+
+
+def test_a_batch_is_handled_in_order_under_one_lock_with_one_journal_write_then_carried_out():
+    """dispatch_many: what each event decided leaves the master after the batch's one journal write;
+    an event that raises is that event's answer, and the others are handled and carried out."""
+    holds: list[int] = []
+    lock = threading.RLock()
+
+    class CountingLock:
+        def __enter__(self):  # noqa: ANN204
+            lock.acquire()
+            holds.append(1)
+
+        def __exit__(self, *exc):  # noqa: ANN002, ANN204
+            lock.release()
+
+    dispatcher, log = door({Tick: [LaunchContainer("c1", 1024, 1), Reply("tick")],
+                            Note: [KillContainer("c2"), Reply("note")],
+                            Stray: [Bogus()]}, lock=CountingLock())
+    answers = dispatcher.dispatch_many([Tick(1), Stray(), Note(2, "x", "y"), Tick(3)])
+    assert answers[0] == "tick" and answers[2] == "note" and answers[3] == "tick"
+    assert isinstance(answers[1], UnknownInstruction)
+    assert dispatcher.state.handled == [Tick(1), Stray(), Note(2, "x", "y"), Tick(3)]
+    assert holds == [1]  # one hold of the lock
+    assert log == [("journal",), ("launch", "c1"), ("kill", "c2"), ("launch", "c1")]
+
+
+def test_a_paused_master_refuses_the_whole_batch_and_handles_none_of_it():
+    dispatcher, log = door({Tick: [Reply("tick")]})
+    dispatcher.refusing = lambda: "paused: no space left on device"
+    from appmaster.events import MasterPaused
+    with pytest.raises(MasterPaused, match="no space left"):
+        dispatcher.dispatch_many([Tick(1), Tick(2)])
+    assert dispatcher.state.handled == [] and log == []

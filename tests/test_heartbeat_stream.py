@@ -34,7 +34,7 @@ streams:
 class Master:
     """A MasterState behind the real umbilical server; ``hold`` keeps the dispatcher from answering."""
 
-    def __init__(self, tmp_path, tls_identity=None) -> None:
+    def __init__(self, tmp_path, tls_identity=None, batched: bool = False) -> None:
         self.state = MasterState(AppSpec.from_yaml(SPEC), "app-test", f"file://{tmp_path}", TOKEN,
                                  1_700_000_000_000, 0)
         self.lock = threading.RLock()
@@ -49,8 +49,21 @@ class Master:
             self.seen.append(type(event).__name__)
             return self.dispatcher.dispatch(event)
 
-        self.server, self.port = create_server(UmbilicalServicer(dispatch, TOKEN), host="127.0.0.1",
-                                               tls_identity=tls_identity)
+        #: batched: the sizes of the batches the server handed over (Dispatcher.dispatch_many)
+        self.batches: list[int] = []
+
+        self.entered = threading.Event()
+
+        def dispatch_many(events):
+            self.entered.set()
+            self.hold.wait(30)
+            self.batches.append(len(events))
+            self.seen.extend(type(event).__name__ for event in events)
+            return self.dispatcher.dispatch_many(events)
+
+        self.server, self.port = create_server(
+            UmbilicalServicer(dispatch, TOKEN, dispatch_many if batched else None), host="127.0.0.1",
+            tls_identity=tls_identity)
         (tmp_path / "heartbeatUri").write_text(f"127.0.0.1:{self.port}")
 
     def stop(self) -> None:
@@ -203,3 +216,47 @@ def test_heartbeat_stream_over_tls(tmp_path):
             u.close()
     finally:
         m.stop()
+
+
+def test_heartbeats_arriving_together_are_handled_as_one_batch_each_answered_or_refused_alone(tmp_path):
+    """While the master is busy, the streams' heartbeats wait and are handed over together (one
+    lock hold, one journal write); each still gets its own response, and a refused one ends
+    only its own call."""
+    master = Master(tmp_path, batched=True)
+    first, second, again = agent(tmp_path, C1), agent(tmp_path, C2), agent(tmp_path, C2)
+    forger = agent(tmp_path, C2, credential_of=C1)
+    answers: dict[str, object] = {}
+
+    def call(name: str, u: Umbilical, hb: proto.ContainerHeartbeat) -> None:
+        try:
+            answers[name] = u.call("ProcessHeartbeat", hb)
+        except grpc.RpcError as exc:
+            answers[name] = exc.code()
+    try:
+        master.hold.clear()  # the master is busy: the first heartbeat's batch waits for it
+        threads = [threading.Thread(target=call, args=("first", first, heartbeat(C1, 4242)))]
+        threads[0].start()
+        assert master.entered.wait(10)
+        for name, u, hb in (("second", second, heartbeat(C2, 4343)), ("forged", forger, heartbeat(C2, 4444)),
+                            ("again", again, heartbeat(C2, 4343))):
+            threads.append(threading.Thread(target=call, args=(name, u, hb)))
+            threads[-1].start()
+        time.sleep(1.0)  # all three wait for the next batch
+        master.hold.set()
+        for t in threads:
+            t.join(15)
+        # the forged heartbeat is refused before the dispatcher: the second batch holds the other two
+        assert master.batches == [1, 2] and master.seen == ["Heartbeat"] * 3
+        assert answers["forged"] == grpc.StatusCode.PERMISSION_DENIED
+        assert {d.name for d in answers["first"].deploy_request} == {"reader"}
+        # each got the answer to its own heartbeat: the container's deploy went to one of them only
+        deploys = sorted(len(answers[n].deploy_request) for n in ("second", "again"))
+        assert deploys == [0, 1]
+        assert master.state.plan.containers[C2].buffer_server == ("127.0.0.1", 4343)
+        # the next heartbeats of the rightful streams go on
+        assert not first.call("ProcessHeartbeat", heartbeat(C1, 4242)).shutdown
+        assert not second.call("ProcessHeartbeat", heartbeat(C2, 4343)).shutdown
+    finally:
+        for u in (first, second, again, forger):
+            u.close()
+        master.stop()
