@@ -200,6 +200,14 @@ def run_master(app_dir: str, profile: bool, adopt: bool) -> int:
             committed_times.append(time.perf_counter() - t0)
 
     master.state._update_committed = timed_update  # type: ignore[method-assign]
+    batches: list[int] = []  # sizes of the heartbeat batches (Dispatcher.dispatch_many)
+    dispatch_many = master.dispatch_many
+
+    def counted_many(events: list[Any]) -> list[Any]:
+        batches.append(len(events))
+        return dispatch_many(events)
+
+    master.dispatch_many = counted_many
     profiler = None
     if profile:
         import cProfile
@@ -219,7 +227,9 @@ def run_master(app_dir: str, profile: bool, adopt: bool) -> int:
     writer = master.journal_writer
     figures.update(journal_snapshots=writer.snapshots, journal_lines=writer.lines)
     figures.update(journal_writes=len(journal_times), journal_ms=_ms(journal_times), journal_bytes=journal_bytes,
-                   committed_updates=len(committed_times), committed_ms=_ms(committed_times))
+                   committed_updates=len(committed_times), committed_ms=_ms(committed_times),
+                   batches=len(batches), batch_mean=sum(batches) / len(batches) if batches else 0.0,
+                   batch_max=max(batches, default=0))
     with open(os.path.join(sim, "master.json"), "w") as f:
         json.dump(figures, f)
     return 0
@@ -478,6 +488,7 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
         "journal_ms_p99": round(mfig.get("journal_ms", {}).get("p99", 0.0), 2),
         "journal_kb": round(mfig.get("journal_bytes", 0) / 1024, 1),
         "journal_snapshots": mfig.get("journal_snapshots", 0), "journal_lines": mfig.get("journal_lines", 0),
+        "batch_mean": round(mfig.get("batch_mean", 0.0), 1), "batch_max": mfig.get("batch_max", 0),
         "committed_ms_mean": round(mfig.get("committed_ms", {}).get("mean", 0.0), 3),
         "committed_ms_max": round(mfig.get("committed_ms", {}).get("max", 0.0), 3),
         "admin_operators_ms": round(statistics.median(admin_ms), 1) if admin_ms else None,
@@ -516,7 +527,8 @@ def report(r: dict[str, Any]) -> None:
     print(f"  master: CPU {r['master_cpu_pct']}% of a core, peak RSS {r['master_rss_mb']} MB, plan {r['plan_s']} s; "
           f"journal {r['journal_writes']} writes of {r['journal_kb']} KB, {r['journal_ms_mean']} ms mean / "
           f"{r['journal_ms_p99']} ms p99; committed-window update {r['committed_ms_mean']} ms mean / "
-          f"{r['committed_ms_max']} ms max; admin operators page {r['admin_operators_ms']} ms")
+          f"{r['committed_ms_max']} ms max; admin operators page {r['admin_operators_ms']} ms; "
+          f"heartbeats per batch {r['batch_mean']} mean, {r['batch_max']} max")
     print(f"  deploy: every operator ACTIVE {r['deploy_s']} s after planning began "
           f"({r['deploy_from_process_start_s']} s after the master's process started); "
           f"`stram list-operators` {r['list_operators_s']} s ({r['list_operators_rows']} rows)")
