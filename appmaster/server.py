@@ -265,6 +265,11 @@ class _Batches:
         try:
             while self.waiting:
                 batch, self.waiting = self.waiting[:self.limit], self.waiting[self.limit:]
+                # a heartbeat whose call ended while it waited (its agent gave up and will send
+                # another) is not handled at all
+                batch = [item for item in batch if not item[2].done()]
+                if not batch:
+                    continue
                 try:
                     answers = await loop.run_in_executor(self.pool, self.handle,
                                                          [(request, call) for request, call, _ in batch])

@@ -260,3 +260,29 @@ def test_heartbeats_arriving_together_are_handled_as_one_batch_each_answered_or_
         for u in (first, second, again, forger):
             u.close()
         master.stop()
+
+
+def test_a_heartbeat_whose_call_ended_while_it_waited_is_never_handled(tmp_path):
+    """The agent gave up on it (no answer in time) and will send another: the master must not
+    act on the stale one later."""
+    master = Master(tmp_path, batched=True)
+    first, impatient = agent(tmp_path, C1), agent(tmp_path, C2, timeout=0.5)
+    try:
+        master.hold.clear()
+        waiting = threading.Thread(target=lambda: first.call("ProcessHeartbeat", heartbeat(C1, 4242)))
+        waiting.start()
+        assert master.entered.wait(10)
+        with pytest.raises(grpc.RpcError) as err:
+            impatient.call("ProcessHeartbeat", heartbeat(C2, 4343))
+        assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        time.sleep(0.5)  # the server has seen its call end
+        master.hold.set()
+        waiting.join(15)
+        assert master.batches == [1] and master.seen == ["Heartbeat"]
+        assert master.state.plan.containers[C2].buffer_server is None  # never heard of
+        # its next heartbeat, on a new call, is handled
+        assert {d.name for d in impatient.call("ProcessHeartbeat", heartbeat(C2, 4343)).deploy_request} == {"out"}
+    finally:
+        first.close()
+        impatient.close()
+        master.stop()
