@@ -231,7 +231,7 @@ class AsyncUmbilical(proto.StreamingContainerUmbilicalServicer):
 
 
 #: Most heartbeats handled in one batch (one hold of the master's lock, one journal write).
-MAX_BATCH = 32
+MAX_BATCH = 64
 
 
 class _Batches:
