@@ -150,7 +150,7 @@ class CommittedWindow:
 
     # ------------------------------------------------------------ the plan's shape
     def _shape(self, plan: PhysicalPlan) -> None:
-        groups = plan.inline_groups()
+        groups = plan.checkpoint_groups()
         downstream = plan.downstream_map()
         self.group_of = {op_id: min(group) for op_id, group in groups.items()}
         self.members = {}

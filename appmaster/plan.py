@@ -301,16 +301,39 @@ class PhysicalPlan:
 
     def inline_groups(self) -> dict[int, frozenset[int]]:
         """Every operator's :meth:`inline_group` at once (one pass over the inputs)."""
-        sets = _DisjointSets(self.operators)
-        for op in self.operators.values():
+        return self._groups(inputs_too=False)
+
+    def checkpoint_groups(self) -> dict[int, frozenset[int]]:
+        """The groups whose members share one recovery checkpoint: the :meth:`inline_groups`, each input
+        operator joined with the operators it feeds directly.
+
+        An input operator's replay is not the same as its first run (a Kafka reader restarted at
+        window ``c`` does not put the same records in windows ``c+1, c+2, ...`` as before), so an
+        operator it feeds must never restart after a later window than the input: it would skip
+        replayed windows whose records it never saw, or see again records it already had. Restarting
+        both from one common checkpoint, the downstream operator takes every replayed window.
+
+        Operators that read their input streams themselves (an input operator with inputs, such as a
+        Spark pipeline) checkpoint at windows of their own choosing, never common with others: they
+        stay out of such groups on both ends.
+        """
+        return self._groups(inputs_too=True)
+
+    def _groups(self, inputs_too: bool) -> dict[int, frozenset[int]]:
+        ops = self.operators
+        sets = _DisjointSets(ops)
+        for op in ops.values():
             for inp in op.inputs:
-                if self.is_inline(op, inp):
+                source = ops.get(inp.source_id)
+                if source is not None and (source.container == op.container or (
+                        inputs_too and source.kind == "INPUT" and not source.inputs and not
+                        (op.kind == "INPUT" and op.inputs))):
                     sets.join(inp.source_id, op.id)
         members: dict[int, set[int]] = {}
-        for op_id in self.operators:
+        for op_id in ops:
             members.setdefault(sets.find(op_id), set()).add(op_id)
         groups = {root: frozenset(ids) for root, ids in members.items()}
-        return {op_id: groups[sets.find(op_id)] for op_id in self.operators}
+        return {op_id: groups[sets.find(op_id)] for op_id in ops}
 
     def upstream(self, op_id: int) -> list[int]:
         op = self.operators.get(op_id)

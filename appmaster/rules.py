@@ -17,7 +17,7 @@ def recovery_checkpoints(plan: PhysicalPlan, initial: int) -> dict[int, int]:
     ``initial`` (start from scratch).
     """
     ops = plan.operators
-    groups = plan.inline_groups()
+    groups = plan.checkpoint_groups()
     downstream = plan.downstream_map()
 
     def ended(m: int) -> int | None:

@@ -21,9 +21,11 @@ which calls into this module; the functions here read the state only through
 
 The window ``c`` is the newest checkpoint that every current partition has saved,
 not older than any partition's recovery checkpoint (its file still exists) and
-not newer than the recovery checkpoint of any operator directly downstream
-(those restart from their own recovery checkpoints and must be fed from there
-by the new partitions, which publish from ``c + 1``). ``c`` is at least the
+not newer than the recovery checkpoint of any operator directly downstream (those
+restart from their own recovery checkpoints and must be fed from there by the new
+partitions, which publish from ``c + 1``; for an input operator, whose replay differs
+from its first run, exactly the recovery checkpoint of every operator it feeds, see
+:meth:`~appmaster.plan.PhysicalPlan.checkpoint_groups`). ``c`` is at least the
 committed window, so the upstream buffer servers still hold every window the new
 partitions subscribe to; the new partitions' recovery checkpoint is ``c``, so the
 committed window cannot pass it before they have checkpointed again.
@@ -59,9 +61,8 @@ from appmaster.reports import END_MILLIS, TUPLES_IN
 from appmaster.spec.limits import MAX_PARTITIONS
 from container.partition import owner_of, partition_keys, partition_mask
 
-__all__ = ["ScaleRefused", "StateWrite", "ScaleChange", "ScaleResult", "OperatorStats", "StateView",
-           "plan_scale", "split_states", "scale_result", "scale_messages", "stats_view",
-           "listener_requests", "MAX_PARTITIONS"]
+__all__ = ["ScaleRefused", "StateWrite", "ScaleChange", "ScaleResult", "OperatorStats", "StateView", "plan_scale",
+           "split_states", "scale_result", "scale_messages", "stats_view", "listener_requests", "MAX_PARTITIONS"]
 
 
 class StateView(Protocol):
@@ -271,6 +272,9 @@ def plan_scale(state: StateView, name: str, count: int) -> ScaleChange:
     high = min((plan.operators[d].recovery_checkpoint for d in downstream), default=None)
     common = set(parts[0].checkpoints).intersection(*(p.checkpoints for p in parts[1:]))
     usable = [c for c in common if c >= low and (high is None or c <= high) and c > state.initial_window]
+    if issubclass(op_cls, InputOperator):  # a replay is not the first run: what they feed restarts at c too
+        fed = downstream | {x for d in downstream if plan.operators[d].kind == "UNIFIER" for x in plan.downstream(d)}
+        usable = [c for c in usable if all(plan.operators[d].recovery_checkpoint == c for d in fed)]
     if not usable:
         raise ScaleRefused(f"no common checkpoint of {name} yet; try again in a few seconds", transient=True)
     window = max(usable)

@@ -202,15 +202,16 @@ def test_fan_out_upstream_is_bounded_by_its_slowest_branch():
     #   up          ●────●─────●
     #   out         ●────●─────●
     #   side        ●                       (the slow branch)
-    # src: newest ≤ min(up 180, side 60) → 60; the fast branch keeps its own 180
+    # src: newest ≤ min(up 180, side 60) → 60; the input's direct downstream operators share its
+    # checkpoint (PhysicalPlan.checkpoint_groups) → up 60 too; further down, out keeps its own 180
     plan = plan_of(FAN_OUT)
     rec = recovery(plan, {"src": [60, 120, 180], "up": [60, 120, 180], "out": [60, 120, 180],
                           "side": [60]})
-    assert rec == {"src": 60, "up": 180, "out": 180, "side": 60}
+    assert rec == {"src": 60, "up": 60, "out": 180, "side": 60}
     assert committed(rec) == 60
 
 
-def test_fan_in_each_upstream_is_bounded_by_the_join_alone():
+def test_fan_in_inputs_share_one_checkpoint_with_the_operator_they_feed():
     #   left  ──▶ join.left
     #   right ──▶ join.right     join ──▶ out
     # window k:     60   120   180
@@ -218,16 +219,17 @@ def test_fan_in_each_upstream_is_bounded_by_the_join_alone():
     #   right       ●                       (lags)
     #   join        ●────●
     #   out         ●────●─────●
-    # out 180; join ≤180 → 120; left ≤120 → 120; right ≤120 → 60 (its newest).
-    # A lagging input does not pull its sibling input down; only the minimum does.
+    # out 180; {left, right, join}: inputs and the operator they feed directly share one
+    # checkpoint, their newest common one ≤ 180 → 60 (join restarting after 120 would skip
+    # replayed windows 61..120 of either input, and a replay is not the first run).
     plan = plan_of(FAN_IN)
     rec = recovery(plan, {"left": [60, 120, 180], "right": [60], "join": [60, 120],
                           "out": [60, 120, 180]})
-    assert rec == {"left": 120, "right": 60, "join": 120, "out": 180}
+    assert rec == {"left": 60, "right": 60, "join": 60, "out": 180}
     assert committed(rec) == 60
 
 
-def test_partitions_are_independent_and_the_unifier_shares_its_downstreams_checkpoint():
+def test_input_partitions_share_their_unifiers_checkpoint_and_the_unifier_its_downstreams():
     #   src[0] ─┐
     #           ├─▶ unifier ═THREAD_LOCAL═▶ up ──▶ out
     #   src[1] ─┘
@@ -237,16 +239,19 @@ def test_partitions_are_independent_and_the_unifier_shares_its_downstreams_check
     #   unifier     ●────●─────●
     #   up          ●────●
     #   out         ●────●─────●
-    # out 180; {unifier, up} share the newest common checkpoint ≤ 180: {60,120} → 120
-    # (the unifier's own 180 is not usable: up has no 180);
-    # src[0] ≤ 120 → 120, src[1] → 60 (partitions do not hold each other back).
+    # out 180; {unifier, up} share a checkpoint (one container), and the input partitions share
+    # one with the unifier they feed: common checkpoints of all four ≤ 180: {60} → 60
+    # (without src[1]: {60,120} → 120; the unifier's own 180 is never usable: up has no 180).
     plan = plan_of(PARTITIONED)
     ops = ops_by_label(plan)
     assert plan.inline_group(ops["unifier"].id) == {ops["unifier"].id, ops["up"].id}
     rec = recovery(plan, {"src[0]": [60, 120], "src[1]": [60], "unifier": [60, 120, 180],
                           "up": [60, 120], "out": [60, 120, 180]})
-    assert rec == {"src[0]": 120, "src[1]": 60, "unifier": 120, "up": 120, "out": 180}
-    assert committed(rec) == 60
+    assert rec == {"src[0]": 60, "src[1]": 60, "unifier": 60, "up": 60, "out": 180}
+    rec = recovery(plan, {"src[0]": [60, 120], "src[1]": [60, 120], "unifier": [60, 120, 180],
+                          "up": [60, 120], "out": [60, 120, 180]})
+    assert rec == {"src[0]": 120, "src[1]": 120, "unifier": 120, "up": 120, "out": 180}
+    assert committed(rec) == 120
 
 
 @pytest.mark.parametrize("locality, expected", [
@@ -279,9 +284,10 @@ def test_one_container_for_everything_makes_one_checkpoint_group():
     #   src         ●────●
     #   up          ●────●─────●
     #   out         ●────●─────●
-    # separate containers: out 180, up 180, src 120;  one container: common {60,120} → 120 for all
+    # separate containers: out 180, up (fed by the input) shares src's 120;
+    # one container: common {60,120} → 120 for all
     separate = recovery(plan_of(LINEAR), {"src": [60, 120], "up": [60, 120, 180], "out": [60, 120, 180]})
-    assert separate == {"src": 120, "up": 180, "out": 180}
+    assert separate == {"src": 120, "up": 120, "out": 180}
     together = recovery(plan_of(LINEAR, max_containers=1),
                         {"src": [60, 120], "up": [60, 120, 180], "out": [60, 120, 180]})
     assert together == {"src": 120, "up": 120, "out": 120}
@@ -301,33 +307,34 @@ def test_operator_without_a_checkpoint_holds_everything_upstream_at_the_initial_
 
 
 def test_checkpoints_out_of_step_take_the_newest_not_after():
+    # (src and up share one checkpoint: the input and the operator it feeds; out is on its own)
     # (a) windows that do not line up (operators with different CHECKPOINT_WINDOW_COUNT)
     # window k:     50  60   110 120
-    #   src         ●────────●               (every 60 windows from 50)
-    #   up              ●────────●
+    #   src, up     ●────────●               (every 60 windows from 50)
     #   out             ●────────●
-    # out 120, up 120, src: newest ≤ 120 → 110
+    # out 120; {src, up}: newest ≤ 120 → 110
     plan = plan_of(LINEAR)
-    rec = recovery(plan, {"src": [50, 110], "up": [60, 120], "out": [60, 120]})
-    assert rec == {"src": 110, "up": 120, "out": 120}
+    rec = recovery(plan, {"src": [50, 110], "up": [50, 110], "out": [60, 120]})
+    assert rec == {"src": 110, "up": 110, "out": 120}
     assert committed(rec) == 110
+    # an input and the operator it feeds with no common checkpoint: both stay at the initial window
+    rec = recovery(plan, {"src": [50, 110], "up": [60, 120], "out": [60, 120]})
+    assert rec == {"src": 0, "up": 0, "out": 120}
 
     # (b) downstream ahead of upstream: the upstream's newest is used, downstream keeps its own
     # window k:     60   120   180   240
-    #   src         ●
-    #   up          ●────●─────●
+    #   src, up     ●
     #   out         ●────●─────●─────●
-    rec = recovery(plan, {"src": [60], "up": [60, 120, 180], "out": [60, 120, 180, 240]})
-    assert rec == {"src": 60, "up": 180, "out": 240}
+    rec = recovery(plan, {"src": [60, 120, 180], "up": [60], "out": [60, 120, 180, 240]})
+    assert rec == {"src": 60, "up": 60, "out": 240}
 
     # (c) upstream ahead, downstream's first checkpoint later than upstream's first
     # window k:     60   90   120   150   180
-    #   src         ●─────────●──────────●
-    #   up               ●─────────●
+    #   src, up     ●─────────●──────────●
     #   out                        ●
-    # out 150; up ≤150 → 150; src ≤150 → 120
-    rec = recovery(plan, {"src": [60, 120, 180], "up": [90, 150], "out": [150]})
-    assert rec == {"src": 120, "up": 150, "out": 150}
+    # out 150; {src, up} ≤150 → 120
+    rec = recovery(plan, {"src": [60, 120, 180], "up": [60, 120, 180], "out": [150]})
+    assert rec == {"src": 120, "up": 120, "out": 150}
 
 
 # ================================================================ pure: affected set
@@ -573,13 +580,15 @@ def test_lost_container_also_redeploys_container_local_upstream_of_its_downstrea
     #                                     join ──▶ out(c4)
     # window k:     60   120   180
     #   left        ●                               recovery 60
-    #   right       ●────●                                   120
-    #   pre         ●────●               ┐ group           120
-    #   join        ●────●               ┘                   120
+    #   right       ●────●                                    60
+    #   pre         ●────●               ┐ group            60
+    #   join        ●────●               ┘                    60
     #   out         ●────●─────●                             180
+    # {pre, join} share a container; left feeds join and right feeds pre: inputs share one
+    # checkpoint with what they feed, so all four share left's 60.
     # c1 exits → affected {left, join, out, pre}; right untouched.
     # left → new c5 (deploy from 60); pre, join in place in c3 (undeploy, reset their
-    # publishers, deploy from 120); out in place in c4 (from 180).
+    # publishers, deploy from 60: join takes every window left replays); out in place in c4 (from 180).
     run = Run(LOCAL_FAN_IN)
     run.deploy()
     c1, c2, c3, c4 = run.cid("left"), run.cid("right"), run.cid("pre"), run.cid("out")
@@ -589,7 +598,7 @@ def test_lost_container_also_redeploys_container_local_upstream_of_its_downstrea
     run.heartbeat(c3, run.report("pre", 125, 60, 120), run.report("join", 125, 60, 120))
     run.heartbeat(c4, run.report("out", 185, 60, 120, 180))
     assert {n: run.rec(n) for n in ("left", "right", "pre", "join", "out")} == \
-        {"left": 60, "right": 120, "pre": 120, "join": 120, "out": 180}
+        {"left": 60, "right": 60, "pre": 60, "join": 60, "out": 180}
     assert run.state.committed == run.w(60)
 
     (launch,) = [i for i in run.exited(c1) if isinstance(i, LaunchContainer)]
@@ -609,7 +618,7 @@ def test_lost_container_also_redeploys_container_local_upstream_of_its_downstrea
     assert sorted(response.undeploy_request) == sorted([run.id("pre"), run.id("join")])
     assert sorted(response.reset_publishers) == sorted([f"{run.id('pre')}.output", f"{run.id('join')}.output"])
     assert sorted((d.name, d.checkpoint.window_id) for d in response.deploy_request) == \
-        [("join", run.w(120)), ("pre", run.w(120))]
+        [("join", run.w(60)), ("pre", run.w(60))]
 
     response, _ = run.heartbeat(c4)
     assert list(response.undeploy_request) == [run.id("out")]
