@@ -1,9 +1,10 @@
 """The committed window, kept up to date from what changed (not recomputed over the whole plan).
 
-:func:`appmaster.rules.recovery_checkpoints` is the rule: each inline group
-(operators joined by streams inside one container) gets the newest checkpoint
-all its members accept that is not after the recovery checkpoints of its
-downstream operators. On a DAG of groups that is one value per group,
+:func:`appmaster.rules.recovery_checkpoints` is the rule: each checkpoint group
+(:meth:`~appmaster.plan.PhysicalPlan.checkpoint_groups`: operators joined by
+streams, cut only at operators that read their inputs themselves) gets the
+newest checkpoint all its members accept that is not after the recovery
+checkpoints of its downstream operators. On a DAG of groups that is one value per group,
 computed downstream first, so a heartbeat that changed the checkpoints (or
 the state) of a few operators changes only their groups and, while the values
 move, the groups upstream of them. :class:`CommittedWindow` keeps the groups,

@@ -301,33 +301,34 @@ class PhysicalPlan:
 
     def inline_groups(self) -> dict[int, frozenset[int]]:
         """Every operator's :meth:`inline_group` at once (one pass over the inputs)."""
-        return self._groups(inputs_too=False)
+        return self._groups(across_containers=False)
 
     def checkpoint_groups(self) -> dict[int, frozenset[int]]:
-        """The groups whose members share one recovery checkpoint: the :meth:`inline_groups`, each input
-        operator joined with the operators it feeds directly.
+        """The groups whose members share one recovery checkpoint: operators joined by streams, except
+        streams into or out of an operator that reads its input streams itself.
 
-        An input operator's replay is not the same as its first run (a Kafka reader restarted at
-        window ``c`` does not put the same records in windows ``c+1, c+2, ...`` as before), so an
-        operator it feeds must never restart after a later window than the input: it would skip
-        replayed windows whose records it never saw, or see again records it already had. Restarting
-        both from one common checkpoint, the downstream operator takes every replayed window.
+        An input operator's replay is not its first run (a Kafka reader restarted after window ``c``
+        puts other records in windows ``c+1, c+2, ...`` than before), so neither is the replay of
+        anything downstream of it. An operator restarting after a later window than its upstream
+        would skip replayed windows it never saw, or see records again: everything an input feeds,
+        directly or not, must restart with it from one common checkpoint, and every operator is
+        downstream of some input. (Apex's rule, an operator's newest checkpoint not after its
+        downstream's, is exact only for inputs that replay the same windows.)
 
         Operators that read their input streams themselves (an input operator with inputs, such as a
-        Spark pipeline) checkpoint at windows of their own choosing, never common with others: they
-        stay out of such groups on both ends.
+        Spark pipeline) report the windows their own engine committed, never common with others:
+        their streams keep Apex's rule.
         """
-        return self._groups(inputs_too=True)
+        return self._groups(across_containers=True)
 
-    def _groups(self, inputs_too: bool) -> dict[int, frozenset[int]]:
+    def _groups(self, across_containers: bool) -> dict[int, frozenset[int]]:
         ops = self.operators
         sets = _DisjointSets(ops)
         for op in ops.values():
             for inp in op.inputs:
                 source = ops.get(inp.source_id)
                 if source is not None and (source.container == op.container or (
-                        inputs_too and source.kind == "INPUT" and not source.inputs and not
-                        (op.kind == "INPUT" and op.inputs))):
+                        across_containers and not _reads_itself(source) and not _reads_itself(op))):
                     sets.join(inp.source_id, op.id)
         members: dict[int, set[int]] = {}
         for op_id in ops:
@@ -433,6 +434,11 @@ def _unifier_class(op_cls: type) -> str:
     if unifier is None:
         return "container.operator:PassThroughUnifier"
     return f"{unifier.__module__}:{unifier.__qualname__}"
+
+
+def _reads_itself(op: PTOperator) -> bool:
+    """An input operator with input streams: it reads them itself (and checkpoints on its own)."""
+    return op.kind == "INPUT" and bool(op.inputs)
 
 
 class _DisjointSets:

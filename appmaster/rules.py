@@ -10,11 +10,13 @@ __all__ = ["recovery_checkpoints", "restart_backoff_millis"]
 def recovery_checkpoints(plan: PhysicalPlan, initial: int) -> dict[int, int]:
     """Each operator's recovery checkpoint; the committed window is their minimum.
 
-    Walking downstream-first, an operator's recovery checkpoint is its newest
-    checkpoint not after the minimum recovery checkpoint of its downstream
-    operators; operators joined by streams that stay inside one container
-    share one common checkpoint. Operators with no usable checkpoint get
-    ``initial`` (start from scratch).
+    Operators in one :meth:`~appmaster.plan.PhysicalPlan.checkpoint_groups` group
+    (joined by streams; a replayed input is not its first run, nor is anything
+    after it) share their newest common checkpoint. Across the streams of an
+    operator that reads its inputs itself, Apex's rule: walking downstream-first,
+    a group's checkpoint is not after the minimum recovery checkpoint of its
+    downstream operators. Operators with no usable checkpoint get ``initial``
+    (start from scratch).
     """
     ops = plan.operators
     groups = plan.checkpoint_groups()

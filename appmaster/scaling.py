@@ -24,7 +24,7 @@ not older than any partition's recovery checkpoint (its file still exists) and
 not newer than the recovery checkpoint of any operator directly downstream (those
 restart from their own recovery checkpoints and must be fed from there by the new
 partitions, which publish from ``c + 1``; for an input operator, whose replay differs
-from its first run, exactly the recovery checkpoint of every operator it feeds, see
+from its first run, exactly the recovery checkpoint of everything it redeploys, see
 :meth:`~appmaster.plan.PhysicalPlan.checkpoint_groups`). ``c`` is at least the
 committed window, so the upstream buffer servers still hold every window the new
 partitions subscribe to; the new partitions' recovery checkpoint is ``c``, so the
@@ -272,9 +272,6 @@ def plan_scale(state: StateView, name: str, count: int) -> ScaleChange:
     high = min((plan.operators[d].recovery_checkpoint for d in downstream), default=None)
     common = set(parts[0].checkpoints).intersection(*(p.checkpoints for p in parts[1:]))
     usable = [c for c in common if c >= low and (high is None or c <= high) and c > state.initial_window]
-    if issubclass(op_cls, InputOperator):  # a replay is not the first run: what they feed restarts at c too
-        fed = downstream | {x for d in downstream if plan.operators[d].kind == "UNIFIER" for x in plan.downstream(d)}
-        usable = [c for c in usable if all(plan.operators[d].recovery_checkpoint == c for d in fed)]
     if not usable:
         raise ScaleRefused(f"no common checkpoint of {name} yet; try again in a few seconds", transient=True)
     window = max(usable)
@@ -412,6 +409,9 @@ def plan_scale(state: StateView, name: str, count: int) -> ScaleChange:
             what = op.state.value if op is not None else "not deployed"
             raise ScaleRefused(f"operator {new.operators[op_id].label} ({op_id}), which repartitioning {name} "
                                f"redeploys, is {what}; try again once it runs", transient=True)
+    if kind == "INPUT" and any(base_ops[o].recovery_checkpoint != window for o in redeploy):  # see above
+        raise ScaleRefused(f"what {name} feeds does not restart from window {_w(window)} as {name} would; "
+                           f"try again in a few seconds", transient=True)
     limit = state.attr("CONTAINERS_MAX_COUNT")
     if limit:
         live = [c for c in new.containers.values()

@@ -172,46 +172,46 @@ def deleted(instructions) -> dict[int, tuple[int, ...]]:
 
 
 # ================================================================ pure: recovery_checkpoints
+# Operators joined by streams share one recovery checkpoint, the newest one all of them accept
+# (PhysicalPlan.checkpoint_groups): a replayed input is not its first run, so nothing downstream
+# of it may restart after a later window than it. Only the streams of an operator that reads its
+# inputs itself (SelfReader, as SparkPipeline) keep Apex's rule: the newest checkpoint not after
+# the downstream's recovery checkpoint.
 
-def test_linear_chain_recovery_is_newest_checkpoint_not_after_downstream():
+def test_a_chain_shares_the_newest_checkpoint_all_of_it_has():
     # window k:            60   120   180
     #   src ──▶ up ──▶ out
     #   src                ●────●─────●
     #   up                 ●────●             (lags one checkpoint)
     #   out                ●────●─────●
-    # out: nothing downstream      → its newest, 180
-    # up:  newest ≤ out's 180      → 120
-    # src: newest ≤ up's 120       → 120        committed = 120
+    # common {60, 120} → 120 for all          committed = 120
     plan = plan_of(LINEAR)
     rec = recovery(plan, {"src": [60, 120, 180], "up": [60, 120], "out": [60, 120, 180]})
-    assert rec == {"src": 120, "up": 120, "out": 180}
+    assert rec == {"src": 120, "up": 120, "out": 120}
     assert committed(rec) == 120
 
-    # the sink lagging pulls everything upstream down with it
+    # the sink lagging holds everything with it
     #   src ●────●────●   up ●────●────●   out ●            → all 60
     rec = recovery(plan, {"src": [60, 120, 180], "up": [60, 120, 180], "out": [60]})
     assert rec == {"src": 60, "up": 60, "out": 60}
 
 
-def test_fan_out_upstream_is_bounded_by_its_slowest_branch():
+def test_a_slow_branch_holds_the_whole_fan_out():
     #            ┌──▶ up ──▶ out
     #   src ─────┤
     #            └──▶ side
     # window k:     60   120   180
-    #   src         ●────●─────●
-    #   up          ●────●─────●
-    #   out         ●────●─────●
+    #   src, up, out ●────●─────●
     #   side        ●                       (the slow branch)
-    # src: newest ≤ min(up 180, side 60) → 60; the input's direct downstream operators share its
-    # checkpoint (PhysicalPlan.checkpoint_groups) → up 60 too; further down, out keeps its own 180
+    # a restart of src replays windows 61.. differently for both branches: all restart from 60
     plan = plan_of(FAN_OUT)
     rec = recovery(plan, {"src": [60, 120, 180], "up": [60, 120, 180], "out": [60, 120, 180],
                           "side": [60]})
-    assert rec == {"src": 60, "up": 60, "out": 180, "side": 60}
+    assert rec == {"src": 60, "up": 60, "out": 60, "side": 60}
     assert committed(rec) == 60
 
 
-def test_fan_in_inputs_share_one_checkpoint_with_the_operator_they_feed():
+def test_fan_in_inputs_share_one_checkpoint_with_what_they_feed():
     #   left  ──▶ join.left
     #   right ──▶ join.right     join ──▶ out
     # window k:     60   120   180
@@ -219,17 +219,18 @@ def test_fan_in_inputs_share_one_checkpoint_with_the_operator_they_feed():
     #   right       ●                       (lags)
     #   join        ●────●
     #   out         ●────●─────●
-    # out 180; {left, right, join}: inputs and the operator they feed directly share one
-    # checkpoint, their newest common one ≤ 180 → 60 (join restarting after 120 would skip
-    # replayed windows 61..120 of either input, and a replay is not the first run).
+    # join restarting after 120 would skip windows 61..120 of right's replay, which need not hold
+    # what right's first run put there: all four share 60
     plan = plan_of(FAN_IN)
     rec = recovery(plan, {"left": [60, 120, 180], "right": [60], "join": [60, 120],
                           "out": [60, 120, 180]})
-    assert rec == {"left": 60, "right": 60, "join": 60, "out": 180}
-    assert committed(rec) == 60
+    assert rec == {"left": 60, "right": 60, "join": 60, "out": 60}
+    rec = recovery(plan, {"left": [60, 120, 180], "right": [60, 120], "join": [60, 120],
+                          "out": [60, 120, 180]})
+    assert rec == {"left": 120, "right": 120, "join": 120, "out": 120}
 
 
-def test_input_partitions_share_their_unifiers_checkpoint_and_the_unifier_its_downstreams():
+def test_input_partitions_and_their_unifier_share_the_checkpoint():
     #   src[0] ─┐
     #           ├─▶ unifier ═THREAD_LOCAL═▶ up ──▶ out
     #   src[1] ─┘
@@ -239,102 +240,81 @@ def test_input_partitions_share_their_unifiers_checkpoint_and_the_unifier_its_do
     #   unifier     ●────●─────●
     #   up          ●────●
     #   out         ●────●─────●
-    # out 180; {unifier, up} share a checkpoint (one container), and the input partitions share
-    # one with the unifier they feed: common checkpoints of all four ≤ 180: {60} → 60
-    # (without src[1]: {60,120} → 120; the unifier's own 180 is never usable: up has no 180).
+    # common {60} → 60; once src[1] has 120: {60, 120} → 120 (the unifier's 180 is never usable)
     plan = plan_of(PARTITIONED)
     ops = ops_by_label(plan)
     assert plan.inline_group(ops["unifier"].id) == {ops["unifier"].id, ops["up"].id}
     rec = recovery(plan, {"src[0]": [60, 120], "src[1]": [60], "unifier": [60, 120, 180],
                           "up": [60, 120], "out": [60, 120, 180]})
-    assert rec == {"src[0]": 60, "src[1]": 60, "unifier": 60, "up": 60, "out": 180}
+    assert set(rec.values()) == {60}
     rec = recovery(plan, {"src[0]": [60, 120], "src[1]": [60, 120], "unifier": [60, 120, 180],
                           "up": [60, 120], "out": [60, 120, 180]})
-    assert rec == {"src[0]": 120, "src[1]": 120, "unifier": 120, "up": 120, "out": 180}
-    assert committed(rec) == 120
+    assert set(rec.values()) == {120}
 
 
-@pytest.mark.parametrize("locality, expected", [
-    # no locality: up and out are independent      → out 180, up 120, src 120
-    (None, {"src": 120, "up": 120, "out": 180}),
-    # inline: {up, out} share a checkpoint; common {60} → both 60, and src follows
-    ("CONTAINER_LOCAL", {"src": 60, "up": 60, "out": 60}),
-    ("THREAD_LOCAL", {"src": 60, "up": 60, "out": 60}),
-])
-def test_inline_group_shares_its_newest_common_checkpoint(locality, expected):
+@pytest.mark.parametrize("locality", [None, "CONTAINER_LOCAL", "THREAD_LOCAL"])
+def test_any_locality_shares_the_newest_common_checkpoint(locality):
     #   src ──▶ up ══locality══▶ out
     # window k:     60    90   120   180
     #   src         ●──────────●─────●
     #   up          ●──────────●                (checkpoints every 60 windows)
     #   out         ●─────●───────────●         (out checkpoints at 90 and 180)
-    # common checkpoints of {up, out}: {60}
+    # common checkpoints: {60}, in one container or not
     plan = plan_of(grouped(locality))
     ops = ops_by_label(plan)
     inline = locality is not None
     assert (ops["up"].container == ops["out"].container) is inline
     assert (plan.inline_group(ops["up"].id) == {ops["up"].id, ops["out"].id}) is inline
     rec = recovery(plan, {"src": [60, 120, 180], "up": [60, 120], "out": [60, 90, 180]})
-    assert rec == expected
+    assert rec == {"src": 60, "up": 60, "out": 60}
 
 
-def test_one_container_for_everything_makes_one_checkpoint_group():
-    # CONTAINERS_MAX_COUNT=1: every stream stays inside the container, so
-    # src ══ up ══ out is one group sharing one checkpoint.
-    # window k:     60   120   180
-    #   src         ●────●
-    #   up          ●────●─────●
-    #   out         ●────●─────●
-    # separate containers: out 180, up (fed by the input) shares src's 120;
-    # one container: common {60,120} → 120 for all
-    separate = recovery(plan_of(LINEAR), {"src": [60, 120], "up": [60, 120, 180], "out": [60, 120, 180]})
-    assert separate == {"src": 120, "up": 120, "out": 180}
-    together = recovery(plan_of(LINEAR, max_containers=1),
-                        {"src": [60, 120], "up": [60, 120, 180], "out": [60, 120, 180]})
-    assert together == {"src": 120, "up": 120, "out": 120}
+def test_an_operator_reading_its_inputs_itself_keeps_apexs_rule_on_its_streams():
+    #   src ──▶ up ──▶ self (reads its input itself, reports the windows its engine committed)
+    # window k:     60   120   130   180
+    #   src, up     ●────●───────────●
+    #   self                   ●               (its own engine's commit)
+    # self: nothing downstream → 130; {src, up}: newest common not after 130 → 120
+    plan = plan_of("""
+name: self-reading
+operators:
+  src: {class: spec_fixture_ops:Source}
+  up: {class: spec_fixture_ops:Upper}
+  self: {class: spec_fixture_ops:SelfReader}
+streams:
+  a: {from: src.output, to: [up.input]}
+  b: {from: up.output, to: [self.input]}
+""")
+    ops = ops_by_label(plan)
+    groups = plan.checkpoint_groups()
+    assert groups[ops["src"].id] == {ops["src"].id, ops["up"].id} and groups[ops["self"].id] == {ops["self"].id}
+    rec = recovery(plan, {"src": [60, 120, 180], "up": [60, 120, 180], "self": [130]})
+    assert rec == {"src": 120, "up": 120, "self": 130}
 
 
-def test_operator_without_a_checkpoint_holds_everything_upstream_at_the_initial_window():
+def test_operator_without_a_checkpoint_holds_everything_at_the_initial_window():
     #   src ──▶ up ──▶ out
     # window k:     0 (initial)   60   120
     #   src         ·             ●────●
     #   up          ·                          (just deployed: no checkpoint yet)
     #   out         ·             ●────●
-    # up → initial; src: newest ≤ initial → none → initial; out (downstream) keeps 120.
     plan = plan_of(LINEAR)
     rec = recovery(plan, {"src": [60, 120], "up": [], "out": [60, 120]})
-    assert rec == {"src": 0, "up": 0, "out": 120}
+    assert rec == {"src": 0, "up": 0, "out": 0}
     assert committed(rec) == 0  # the initial window: nothing is committed yet
 
 
-def test_checkpoints_out_of_step_take_the_newest_not_after():
-    # (src and up share one checkpoint: the input and the operator it feeds; out is on its own)
-    # (a) windows that do not line up (operators with different CHECKPOINT_WINDOW_COUNT)
-    # window k:     50  60   110 120
-    #   src, up     ●────────●               (every 60 windows from 50)
-    #   out             ●────────●
-    # out 120; {src, up}: newest ≤ 120 → 110
+def test_checkpoints_out_of_step_meet_where_all_have_one():
+    # (a) different CHECKPOINT_WINDOW_COUNT (every 40 and every 60 windows): they meet at 120
     plan = plan_of(LINEAR)
+    rec = recovery(plan, {"src": [40, 80, 120, 160], "up": [40, 80, 120, 160], "out": [60, 120]})
+    assert rec == {"src": 120, "up": 120, "out": 120}
+    # (b) downstream ahead of upstream: the upstream's newest
+    rec = recovery(plan, {"src": [60], "up": [60, 120, 180], "out": [60, 120, 180, 240]})
+    assert rec == {"src": 60, "up": 60, "out": 60}
+    # (c) never meeting: all stay at the initial window
     rec = recovery(plan, {"src": [50, 110], "up": [50, 110], "out": [60, 120]})
-    assert rec == {"src": 110, "up": 110, "out": 120}
-    assert committed(rec) == 110
-    # an input and the operator it feeds with no common checkpoint: both stay at the initial window
-    rec = recovery(plan, {"src": [50, 110], "up": [60, 120], "out": [60, 120]})
-    assert rec == {"src": 0, "up": 0, "out": 120}
-
-    # (b) downstream ahead of upstream: the upstream's newest is used, downstream keeps its own
-    # window k:     60   120   180   240
-    #   src, up     ●
-    #   out         ●────●─────●─────●
-    rec = recovery(plan, {"src": [60, 120, 180], "up": [60], "out": [60, 120, 180, 240]})
-    assert rec == {"src": 60, "up": 60, "out": 240}
-
-    # (c) upstream ahead, downstream's first checkpoint later than upstream's first
-    # window k:     60   90   120   150   180
-    #   src, up     ●─────────●──────────●
-    #   out                        ●
-    # out 150; {src, up} ≤150 → 120
-    rec = recovery(plan, {"src": [60, 120, 180], "up": [60, 120, 180], "out": [150]})
-    assert rec == {"src": 120, "up": 120, "out": 150}
+    assert rec == {"src": 0, "up": 0, "out": 0}
 
 
 # ================================================================ pure: affected set
@@ -398,30 +378,30 @@ def test_checkpoints_arriving_out_of_step_and_out_of_order():
     #   c2 up                              ● 60
     #   c1 src                                            ● 60, 120
     #   c2 up                                                               ● 120
-    #   recovery      out 120, others 0    up 60 src 0    src 60 up 60      src 120 up 120
+    #   recovery      all 0                all 0          all 60            all 120
     #   committed     0                    0              60                120
-    #   deleted       out 60               —              —                 src 60, up 60
+    #   deleted       —                    —              —                 src 60, up 60, out 60
     run = Run(LINEAR)
     run.deploy()
     _, instructions = run.heartbeat(run.cid("out"), run.report("out", 125, 120, 60))
-    # sorted on arrival; out has nothing downstream, so 120 is its recovery checkpoint at once
-    # and 60 goes, although nothing upstream has a checkpoint yet
-    assert run.op("out").checkpoints == [run.w(120)]
-    assert deleted(instructions) == {run.id("out"): (run.w(60),)}
+    # sorted on arrival; kept: nothing upstream has a checkpoint yet, so out may restart from any
+    assert run.op("out").checkpoints == [run.w(60), run.w(120)]
+    assert deleted(instructions) == {}
     assert run.state.committed == run.base
-    assert run.rec("out") == 120 and run.rec("up") == 0
+    assert run.rec("out") == 0 and run.rec("up") == 0
 
     run.heartbeat(run.cid("up"), run.report("up", 65, 60))
     assert run.state.committed == run.base  # src has no checkpoint yet
 
-    run.heartbeat(run.cid("src"), run.report("src", 125, 60, 120))
-    assert (run.rec("src"), run.rec("up"), run.rec("out")) == (60, 60, 120)
+    _, instructions = run.heartbeat(run.cid("src"), run.report("src", 125, 60, 120))
+    assert (run.rec("src"), run.rec("up"), run.rec("out")) == (60, 60, 60)
     assert run.state.committed == run.w(60)
+    assert deleted(instructions) == {}
 
     _, instructions = run.heartbeat(run.cid("up"), run.report("up", 125, 120))
     assert (run.rec("src"), run.rec("up"), run.rec("out")) == (120, 120, 120)
     assert run.state.committed == run.w(120)
-    assert deleted(instructions) == {run.id("src"): (run.w(60),), run.id("up"): (run.w(60),)}
+    assert deleted(instructions) == {run.id(n): (run.w(60),) for n in ("src", "up", "out")}
 
 
 def test_committed_window_never_goes_backward():
@@ -462,11 +442,12 @@ def test_checkpoints_older_than_the_recovery_checkpoint_are_deleted_once():
     #   src         ●────●─────●
     #   up          ●────●─────●
     #   out         ●──────────●          (out skips 120)
-    # heartbeat     reports                         recovery src/up/out     DeleteCheckpoints
-    #   1-3         all ● 60                        60/60/60                —
-    #   4-5         src ● 120, up ● 120             60/60/60 (out at 60)    —
-    #   6           out ● 180                       120/120/180             src 60, up 60, out 60
-    #   7-8         src ● 180, up ● 180             180/180/180             src 120, up 120
+    # heartbeat     reports                         recovery (all)   DeleteCheckpoints
+    #   1-3         all ● 60                        60               —
+    #   4-5         src ● 120, up ● 120             60 (out at 60)   —
+    #   6           out ● 180                       60 (common {60}) —
+    #   7           src ● 180                       60               —
+    #   8           up ● 180                        180              src 60 120, up 60 120, out 60
     run = Run(LINEAR)
     run.deploy()
     for name in ("src", "up", "out"):
@@ -478,21 +459,19 @@ def test_checkpoints_older_than_the_recovery_checkpoint_are_deleted_once():
     assert run.state.committed == run.w(60)
 
     _, instructions = run.heartbeat(run.cid("out"), run.report("out", 185, 180))
-    assert (run.rec("src"), run.rec("up"), run.rec("out")) == (120, 120, 180)
-    assert deleted(instructions) == {run.id("src"): (run.w(60),), run.id("up"): (run.w(60),),
-                                     run.id("out"): (run.w(60),)}
-    assert run.op("src").checkpoints == [run.w(120)]
-    assert run.op("out").checkpoints == [run.w(180)]
-    assert run.state.committed == run.w(120)
-
+    assert (run.rec("src"), run.rec("up"), run.rec("out")) == (60, 60, 60)
+    assert deleted(instructions) == {}
     _, instructions = run.heartbeat(run.cid("src"), run.report("src", 185, 180))
-    assert deleted(instructions) == {}  # src may not pass up (still at 120)
+    assert deleted(instructions) == {}  # up has no 180 yet
     _, instructions = run.heartbeat(run.cid("up"), run.report("up", 185, 180))
-    assert deleted(instructions) == {run.id("src"): (run.w(120),), run.id("up"): (run.w(120),)}
+    assert deleted(instructions) == {run.id("src"): (run.w(60), run.w(120)),
+                                     run.id("up"): (run.w(60), run.w(120)), run.id("out"): (run.w(60),)}
     assert run.state.committed == run.w(180)
     # nothing at or after a recovery checkpoint is ever deleted
     for op in run.state.plan.operators.values():
         assert op.checkpoints == [op.recovery_checkpoint]
+    _, instructions = run.heartbeat(run.cid("up"), run.report("up", 186))
+    assert deleted(instructions) == {}  # once
 
 
 def test_lost_container_redeploys_the_affected_set_from_recovery_checkpoints():
@@ -501,15 +480,15 @@ def test_lost_container_redeploys_the_affected_set_from_recovery_checkpoints():
     #   src         ●────●
     #   up          ●                    (lags)
     #   out         ●────●
-    # recovery: out 120, up 60, src 60; committed 60
+    # recovery: all 60 (common); committed 60
     # c2 exits → affected {up, out}: up to a new container c4, out redeployed in place in c3.
-    # c4's first heartbeat: deploy up from 60.  c3's next heartbeat: undeploy out, deploy from 120.
+    # c4's first heartbeat: deploy up from 60.  c3's next heartbeat: undeploy out, deploy from 60.
     run = Run(LINEAR)
     run.deploy()
     run.heartbeat(run.cid("src"), run.report("src", 125, 60, 120))
     run.heartbeat(run.cid("up"), run.report("up", 65, 60))
     run.heartbeat(run.cid("out"), run.report("out", 125, 60, 120))
-    assert (run.rec("src"), run.rec("up"), run.rec("out")) == (60, 60, 120)
+    assert (run.rec("src"), run.rec("up"), run.rec("out")) == (60, 60, 60)
     assert run.state.committed == run.w(60)
     c1, c2, c3 = run.cid("src"), run.cid("up"), run.cid("out")
 
@@ -537,11 +516,11 @@ def test_lost_container_redeploys_the_affected_set_from_recovery_checkpoints():
     response, _ = run.heartbeat(c3)
     assert list(response.undeploy_request) == [run.id("out")]
     (out,) = response.deploy_request
-    assert (out.id, out.checkpoint.window_id) == (run.id("out"), run.w(120))
+    assert (out.id, out.checkpoint.window_id) == (run.id("out"), run.w(60))
     assert run.state.committed == run.w(60)
 
     run.heartbeat(c4, run.report("up", 61))
-    run.heartbeat(c3, run.report("out", 121))
+    run.heartbeat(c3, run.report("out", 61))
     assert {op.state for op in run.state.plan.operators.values()} == {OperatorState.ACTIVE}
     assert run.state.info()["restarts"] == {"up": 1}
 
@@ -583,12 +562,11 @@ def test_lost_container_also_redeploys_container_local_upstream_of_its_downstrea
     #   right       ●────●                                    60
     #   pre         ●────●               ┐ group            60
     #   join        ●────●               ┘                    60
-    #   out         ●────●─────●                             180
-    # {pre, join} share a container; left feeds join and right feeds pre: inputs share one
-    # checkpoint with what they feed, so all four share left's 60.
+    #   out         ●────●─────●                              60
+    # all share the newest checkpoint all of them have: left's 60.
     # c1 exits → affected {left, join, out, pre}; right untouched.
     # left → new c5 (deploy from 60); pre, join in place in c3 (undeploy, reset their
-    # publishers, deploy from 60: join takes every window left replays); out in place in c4 (from 180).
+    # publishers, deploy from 60: join takes every window left replays); out in place in c4 (from 60).
     run = Run(LOCAL_FAN_IN)
     run.deploy()
     c1, c2, c3, c4 = run.cid("left"), run.cid("right"), run.cid("pre"), run.cid("out")
@@ -598,7 +576,7 @@ def test_lost_container_also_redeploys_container_local_upstream_of_its_downstrea
     run.heartbeat(c3, run.report("pre", 125, 60, 120), run.report("join", 125, 60, 120))
     run.heartbeat(c4, run.report("out", 185, 60, 120, 180))
     assert {n: run.rec(n) for n in ("left", "right", "pre", "join", "out")} == \
-        {"left": 60, "right": 60, "pre": 60, "join": 60, "out": 180}
+        {"left": 60, "right": 60, "pre": 60, "join": 60, "out": 60}
     assert run.state.committed == run.w(60)
 
     (launch,) = [i for i in run.exited(c1) if isinstance(i, LaunchContainer)]
@@ -622,7 +600,7 @@ def test_lost_container_also_redeploys_container_local_upstream_of_its_downstrea
 
     response, _ = run.heartbeat(c4)
     assert list(response.undeploy_request) == [run.id("out")]
-    assert [(d.name, d.checkpoint.window_id) for d in response.deploy_request] == [("out", run.w(180))]
+    assert [(d.name, d.checkpoint.window_id) for d in response.deploy_request] == [("out", run.w(60))]
     assert run.state.committed == run.w(60)
 
 
@@ -631,9 +609,8 @@ def test_container_local_group_moves_together_end_to_end():
     # window k:     60   120   180
     # step 1: everyone ● 60                          → committed 60
     # step 2: left, right, out ● 120, 180; join ● 120 but pre only at 60
-    #         group {pre, join}: common {60} → 60 (join's 120 is not usable);
-    #         right ≤ pre 60 → 60; left ≤ join 60 → 60; committed 60
-    # step 3: pre ● 120 → group 120; left, right → 120; committed 120
+    #         common {60} → 60 for all (join's 120 is not usable); committed 60
+    # step 3: pre ● 120 → 120 for all; committed 120
     run = Run(LOCAL_FAN_IN)
     run.deploy()
     c1, c2, c3, c4 = run.cid("left"), run.cid("right"), run.cid("pre"), run.cid("out")
@@ -648,12 +625,11 @@ def test_container_local_group_moves_together_end_to_end():
     run.heartbeat(c4, run.report("out", 185, 120, 180))
     run.heartbeat(c3, run.report("pre", 125), run.report("join", 125, 120))
     assert {n: run.rec(n) for n in ("left", "right", "pre", "join", "out")} == \
-        {"left": 60, "right": 60, "pre": 60, "join": 60, "out": 180}
+        {"left": 60, "right": 60, "pre": 60, "join": 60, "out": 60}
     assert run.state.committed == run.w(60)
 
     _, instructions = run.heartbeat(c3, run.report("pre", 125, 120), run.report("join", 125))
     assert {n: run.rec(n) for n in ("left", "right", "pre", "join", "out")} == \
-        {"left": 120, "right": 120, "pre": 120, "join": 120, "out": 180}
+        {"left": 120, "right": 120, "pre": 120, "join": 120, "out": 120}
     assert run.state.committed == run.w(120)
-    # out went to 180 (and dropped 60, 120) in step 2; now the rest drop 60
-    assert deleted(instructions) == {run.id(n): (run.w(60),) for n in ("left", "right", "pre", "join")}
+    assert deleted(instructions) == {run.id(n): (run.w(60),) for n in ("left", "right", "pre", "join", "out")}

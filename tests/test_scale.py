@@ -290,21 +290,22 @@ def test_an_input_restarts_together_with_what_it_feeds():
     #   reader[0..1]          ●                 (their heartbeats with 10 are late)
     #   unifier + split       ●─────●
     #   out                   ●─────●
-    # A Kafka reader's replay puts other records in windows 6..10 than its first run did, so the
-    # unifier and split (what the readers feed) keep recovery checkpoint 5 with the readers; the new
-    # partitions start after 5 and split restarts from 5, taking every replayed window. (Restarting
-    # split from 10 lost records: what the new readers put in 6..10 beyond the old ones' share.)
+    # New Kafka readers put other records in windows 6..10 than the old ones did, and so does split
+    # after them: everything downstream keeps recovery checkpoint 5 with the readers, the new
+    # partitions start after 5 and split and out restart from 5, taking every replayed window.
+    # (Restarting split or out from 10 lost records: what the new readers put in 6..10 beyond the
+    # old ones' share.)
     run = Run(KAFKA)
     run.deploy()
     run.everyone(7, 5)
     run.everyone(12, 10, skip=("reader",))
-    assert [run.rec(n) for n in ("reader[0]", "reader[1]", "unifier", "split", "out")] == [5, 5, 5, 5, 10]
+    assert [run.rec(n) for n in ("reader[0]", "reader[1]", "unifier", "split", "out")] == [5] * 5
     result, _, written = run.scale("reader", 3, {op.id: {"offsets": {f"lines:{k}": 100 + k for k in (0, 2)}}
                                                  if op.partition_index == 0 else {"offsets": {"lines:1": 101}}
                                                  for op in run.ops("reader")})
     assert result["window"] == run.w(5) and (result["from"], result["to"]) == (2, 3)
     assert sorted(r["label"].split("#")[0] for r in result["redeployed"]) == ["out", "split"]
-    assert run.rec("split") == 5 and run.op("split").state == OperatorState.PENDING_DEPLOY
+    assert run.rec("split") == run.rec("out") == 5 and run.op("split").state == OperatorState.PENDING_DEPLOY
     assert {k: v for st in written.values() for k, v in st.get("offsets", {}).items()} == {
         "lines:0": 100, "lines:1": 101, "lines:2": 102}
     running_at(run, 9)
@@ -312,14 +313,15 @@ def test_an_input_restarts_together_with_what_it_feeds():
 
 def test_an_input_is_not_repartitioned_at_a_window_what_it_feeds_has_passed():
     # A plan journaled by a master that let split's recovery checkpoint pass the readers' (before
-    # inputs shared theirs): no window fits until they meet again; refused, to try again.
+    # connected operators shared theirs): refused until they meet again.
     run = Run(KAFKA)
     run.deploy()
     run.everyone(7, 5)
     run.everyone(12, 10, skip=("reader",))
-    for name in ("unifier", "split"):
+    for name in ("unifier", "split", "out"):
         run.op(name).recovery_checkpoint = run.w(10)
-    with pytest.raises(scaling.ScaleRefused, match="no common checkpoint of reader yet; try again") as exc:
+    with pytest.raises(scaling.ScaleRefused, match=r"what reader feeds does not restart from window \w+ as "
+                                                   r"reader would; try again in a few seconds") as exc:
         scaling.plan_scale(run.state, "reader", 3)
     assert exc.value.transient
 
