@@ -47,6 +47,8 @@ class CommittedWindow:
         #: group root -> position downstream-first (the order groups are recomputed in)
         self.order: dict[int, int] = {}
         self.value: dict[int, int] = {}
+        #: group root -> {candidate window: index of the member last found not to accept it}
+        self.witness: dict[int, dict[int, int]] = {}
         self.acyclic = False
         #: (recovery checkpoint, operator id): the committed window is the smallest current one
         self.heap: list[tuple[int, int]] = []
@@ -85,7 +87,8 @@ class CommittedWindow:
 
     def _incremental(self, state: Any, dirty: list[PTOperator]) -> list[Instruction]:
         plan, initial = state.plan, state.initial_window
-        pending = {self.group_of[op.id] for op in dirty}
+        dirty_roots = {self.group_of[op.id] for op in dirty}
+        pending = set(dirty_roots)
         queue = [(self.order[g], g) for g in pending]
         heapq.heapify(queue)
         touched: set[int] = {op.id for op in dirty}
@@ -94,10 +97,12 @@ class CommittedWindow:
             pending.discard(root)
             members = self.members[root]
             value = self._group_value(plan, root, members, initial)
-            if value == self.value[root] and not any(m in touched for m in members):
+            if value != self.value[root]:
+                self.value[root] = value
+                touched.update(members)
+            elif root not in dirty_roots:
                 continue
-            self.value[root] = value
-            touched.update(members)
+            # (a changed member's own value, as a shut-down one's, may move the groups upstream)
             for up in self.up_groups[root]:
                 if up not in pending:
                     pending.add(up)
@@ -137,11 +142,31 @@ class CommittedWindow:
 
     # ------------------------------------------------------------ the rule, per group
     def _group_value(self, plan: PhysicalPlan, root: int, members: tuple[int, ...], initial: int) -> int:
+        """The rule's value for one group, without going over every member of a large group (all the
+        operators of a connected application) for each heartbeat: a member that has not shut down
+        accepts only its own checkpoints, so those are the candidates, and the member that last
+        refused a candidate is asked first (most heartbeats change nothing: it still refuses)."""
         ops = plan.operators
         limit = min((self._member_value(plan, d, initial) for d in self.down_ops[root]), default=None)
-        candidates = {c for m in members for c in ops[m].checkpoints}
-        return max((c for c in candidates if (limit is None or c <= limit)
-                    and all(_acceptable(ops[m], c) for m in members)), default=initial)
+        running = next((ops[m] for m in members if ops[m].state != OperatorState.SHUTDOWN), None)
+        candidates = set(running.checkpoints) if running is not None else {
+            c for m in members for c in ops[m].checkpoints}
+        witness = self.witness.setdefault(root, {})
+        n = len(members)
+        for c in sorted(candidates, reverse=True):
+            if limit is not None and c > limit:
+                continue
+            first = witness.get(c, 0)
+            for i in range(n):
+                k = first + i if first + i < n else first + i - n
+                if not _acceptable(ops[members[k]], c):
+                    witness[c] = k
+                    break
+            else:
+                for old in [w for w in witness if w <= c]:
+                    del witness[old]
+                return c
+        return initial
 
     def _member_value(self, plan: PhysicalPlan, m: int, initial: int) -> int:
         value = self.value[self.group_of[m]]
@@ -181,6 +206,7 @@ class CommittedWindow:
                 if left[u] == 0:
                     ready.append(u)
         self.acyclic = len(self.order) == len(self.members)
+        self.witness = {}
         if self.acyclic:  # values in order, so each group's downstream values are known
             self.value = {}
             by_order = sorted(self.members, key=self.order.__getitem__)

@@ -1,6 +1,7 @@
 """The master's heartbeat path in one process: CPU per heartbeat, no gRPC, no agents.
 
     python bench/profile_heartbeats.py --containers 500 --operators 10 --rounds 5 [--profile]
+    python bench/profile_heartbeats.py --wide 250 --operators 3    # one connected application
 
 Plans the harness's application (bench/bench_heartbeats.py), then handles
 ``--rounds`` heartbeats of every container (simulated as the harness's agents
@@ -9,6 +10,12 @@ after each, as the master's dispatcher does. Prints the planning time, the
 first round (deploys, the first snapshot) and the CPU milliseconds per
 heartbeat of the later rounds; ``--profile`` adds the cProfile top functions.
 CPU time, not wall time: it holds on a loaded machine.
+
+``--wide P`` plans one connected application instead of separate chains:
+``--operators`` stages of ``P`` partitions each, one per container, every
+partition of a stage feeding every partition of the next (so all the
+operators share one recovery checkpoint, and each heartbeat's checkpoints
+are weighed against all of them).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ def main() -> int:
     parser.add_argument("--operators", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--wide", type=int, metavar="P", help="stages of P partitions, all-to-all (P <= 256)")
     args = parser.parse_args()
     import proto
     from appmaster.spec import AppSpec
@@ -41,7 +49,11 @@ def main() -> int:
         from appmaster.journallog import JournalWriter
     except ImportError:  # a stram from before the journal's log: the whole snapshot when its key changed
         JournalWriter = None
-    spec = AppSpec.from_yaml(spec_yaml(args.containers, args.operators, 1000, 500, 10, 30_000))
+    if args.wide:
+        spec = AppSpec.from_yaml(wide_yaml(args.wide, args.operators))
+        args.containers, args.operators = args.wide * args.operators, 1
+    else:
+        spec = AppSpec.from_yaml(spec_yaml(args.containers, args.operators, 1000, 500, 10, 30_000))
     now = int(time.time() * 1000)
     app_path = "file://" + tempfile.mkdtemp(prefix="stram-profile-hb-")
     c0 = time.process_time()
@@ -88,6 +100,19 @@ def main() -> int:
     if args.profile:
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
     return 0
+
+
+def wide_yaml(partitions: int, stages: int) -> str:
+    """A source and ``stages - 1`` relays of ``partitions`` partitions each, every stream across containers."""
+    lines = ["name: heartbeat-wide", "attributes:", "  HEARTBEAT_INTERVAL_MILLIS: 1000",
+             "  STREAMING_WINDOW_SIZE_MILLIS: 500", "  CHECKPOINT_WINDOW_COUNT: 10",
+             "  HEARTBEAT_TIMEOUT_MILLIS: 30000", "operators:"]
+    for k in range(stages):
+        cls = "Source" if k == 0 else "Relay"
+        lines.append(f"  o{k}: {{class: 'bench.heartbeat_ops:{cls}', partitions: {partitions}}}")
+    lines.append("streams:")
+    lines += [f"  s{k}: {{from: o{k}.output, to: [o{k + 1}.input]}}" for k in range(stages - 1)]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -35,11 +35,13 @@ def random_spec(rng: random.Random) -> str:
         join = rng.random() < 0.3 and len(names) >= 2
         if join:
             names.append(("join", "Join", rng.randint(1, 2)))
+        if rng.random() < 0.4:  # reads its input itself (as a Spark pipeline): Apex's rule on its stream
+            names.append(("self0", "SelfReader", 1))
         for i in range(rng.randint(1, 2)):
             names.append((f"out{i}", "Sink", rng.randint(1, 3)))
         feeds: dict[str, list[str]] = {}  # upstream -> input ports it feeds
         for k, (name, cls, _) in enumerate(names):
-            producers = [n for n, c, _ in names[:k] if c != "Sink"]
+            producers = [n for n, c, _ in names[:k] if c not in ("Sink", "SelfReader")]
             if cls == "Join":
                 left, right = rng.sample(producers, 2)
                 feeds.setdefault(left, []).append("join.left")
@@ -102,7 +104,7 @@ class Driver:
         for op_id, window in sorted(self.agents.get(cid, {}).items()):
             op = self.state.plan.operators.get(op_id)
             new = window + rng.choice([0, 1, 1, 2, 3])
-            saved = [w for w in range(window + 1, new + 1) if (w - base) % 2 == 0 and rng.random() < 0.8]
+            saved = [w for w in range(window + 1, new + 1) if (w - base) % 2 == 0 and rng.random() < 0.95]
             kind = ACTIVE
             if op_id in self.ended:
                 kind, new, saved = SHUTDOWN, window, []

@@ -97,7 +97,7 @@ def test_committed_window_moves_in_drawn_sequences() -> None:
         state = new_state(random_spec(rng))
         handle(state, Start(0))
         driver = Driver(state, rng)
-        for _ in range(80):
+        for _ in range(160):  # every operator of a connected plan must reach a common checkpoint
             for event in driver.events():
                 out = handle(state, event)
                 if out is not None:
