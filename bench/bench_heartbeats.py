@@ -39,7 +39,7 @@ APP`` (``python -m scripts.cli``, the ``stram`` entry point, in a new
 interpreter; its rows in ``list_operators_rows``).
 
 Restart (issue 16, item 4): ``--restart-at S`` SIGKILLs the master after S
-seconds and starts its next attempt from the same directory and journal
+seconds (and not before every operator is ACTIVE) and starts its next attempt from the same directory and journal
 (``--master`` again; the attempt number comes from the journal, as with the
 supervisor). The launcher then records a pid and start time per launch, which
 the master journals, and the new attempt adopts the simulated containers
@@ -439,10 +439,12 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
             master.sample()
         except psutil.Error:
             break
-        if restart_at and master.attempt == 1 and time.monotonic() - t0 >= restart_at:
-            master.restart()
         if cli is None and "deploy_s" in master.progress():  # every operator ACTIVE: the CLI, once
             cli = heartbeat_master.list_operators(home, APP_ID, str(ROOT))
+        # the restart comes once the first attempt has deployed everything (on a loaded machine
+        # later than asked): a master killed mid-deploy is another case, and its CLI figures would be lost
+        if restart_at and master.attempt == 1 and cli is not None and time.monotonic() - t0 >= restart_at:
+            master.restart()
         if time.monotonic() > next_admin:
             try:
                 url = json.load(open(os.path.join(app_dir, "admin.json")))["url"]
@@ -552,7 +554,8 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true", help="cProfile the master (prints the file)")
     parser.add_argument("--keep", action="store_true", help="keep the application directory")
     parser.add_argument("--restart-at", type=float, default=0.0, metavar="S",
-                        help="after S seconds SIGKILL the master and start its next attempt from the journal")
+                        help="after S seconds (once every operator is ACTIVE) SIGKILL the master and start "
+                             "its next attempt from the journal")
     parser.add_argument("--adopt", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--master", metavar="APP_DIR", help=argparse.SUPPRESS)
     parser.add_argument("--agents", metavar="APP_DIR", help=argparse.SUPPRESS)
