@@ -1,0 +1,82 @@
+import java.io.*;
+import java.util.Properties;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.hdfs.HdfsConfiguration;
+import org.apache.hadoop.hdfs.MiniDFSCluster;
+import org.apache.hadoop.minikdc.MiniKdc;
+import org.apache.hadoop.security.UserGroupInformation;
+import org.apache.hadoop.yarn.conf.YarnConfiguration;
+import org.apache.hadoop.yarn.server.MiniYARNCluster;
+
+public class SecureCluster {
+  public static void main(String[] args) throws Exception {
+    File work = new File(args[0]); work.mkdirs();
+    Properties kconf = MiniKdc.createConf();
+    kconf.setProperty(MiniKdc.KDC_BIND_ADDRESS, "127.0.0.1");
+    kconf.setProperty(MiniKdc.ORG_NAME, "STRAM"); kconf.setProperty(MiniKdc.ORG_DOMAIN, "LOCAL");
+    MiniKdc kdc = new MiniKdc(kconf, new File(work, "kdc"));
+    kdc.start();
+    File keytab = new File(work, "cluster.keytab");
+    kdc.createPrincipal(keytab, "stram/localhost", "HTTP/localhost");
+    File alice = new File(work, "alice.keytab");
+    kdc.createPrincipal(alice, "alice");
+    String realm = kdc.getRealm();
+    System.setProperty("java.security.krb5.conf", kdc.getKrb5conf().getAbsolutePath());
+    String svc = "stram/localhost@" + realm;
+    Configuration conf = new YarnConfiguration(new HdfsConfiguration());
+    conf.set("hadoop.security.authentication", "kerberos");
+    conf.set("hadoop.security.authorization", "false");
+    conf.set("hadoop.proxyuser.stram.hosts", "*");
+    conf.set("hadoop.proxyuser.stram.groups", "*");
+    conf.set("hadoop.security.auth_to_local", "RULE:[2:$1@$0](stram@.*)s/.*/root/\nRULE:[1:$1@$0](.*@" + realm + ")s/@.*//\nDEFAULT");
+    conf.set("dfs.replication", "1");
+    conf.set("dfs.namenode.safemode.extension", "0");
+    conf.set("dfs.namenode.kerberos.principal", svc);
+    conf.set("dfs.namenode.keytab.file", keytab.getAbsolutePath());
+    conf.set("dfs.datanode.kerberos.principal", svc);
+    conf.set("dfs.datanode.keytab.file", keytab.getAbsolutePath());
+    conf.set("dfs.web.authentication.kerberos.principal", "HTTP/localhost@" + realm);
+    conf.set("dfs.web.authentication.kerberos.keytab", keytab.getAbsolutePath());
+    conf.setBoolean("dfs.block.access.token.enable", true);
+    conf.setBoolean("ignore.secure.ports.for.testing", true);
+    conf.set("yarn.resourcemanager.principal", svc);
+    conf.set("yarn.resourcemanager.keytab", keytab.getAbsolutePath());
+    conf.set("yarn.nodemanager.principal", svc);
+    conf.set("yarn.nodemanager.keytab", keytab.getAbsolutePath());
+    conf.setBoolean(YarnConfiguration.NM_PMEM_CHECK_ENABLED, false);
+    conf.setBoolean(YarnConfiguration.NM_VMEM_CHECK_ENABLED, false);
+    conf.set("yarn.nodemanager.disk-health-checker.max-disk-utilization-per-disk-percentage", "100.0");
+    conf.setBoolean(YarnConfiguration.YARN_MINICLUSTER_FIXED_PORTS, true);
+    int port = 23000 + (int)(ProcessHandle.current().pid() % 1000) * 10;
+    conf.set(YarnConfiguration.RM_ADDRESS, "localhost:" + (port));
+    conf.set(YarnConfiguration.RM_ADMIN_ADDRESS, "localhost:" + (port+1));
+    conf.set(YarnConfiguration.RM_SCHEDULER_ADDRESS, "localhost:" + (port+2));
+    conf.set(YarnConfiguration.RM_RESOURCE_TRACKER_ADDRESS, "localhost:" + (port+3));
+    conf.set(YarnConfiguration.RM_WEBAPP_ADDRESS, "localhost:" + (port+4));
+    conf.set("yarn.resourcemanager.hostname", "localhost");
+    conf.set(YarnConfiguration.YARN_APPLICATION_CLASSPATH, System.getenv("APP_CP"));
+    conf.set(YarnConfiguration.NM_ENV_WHITELIST, YarnConfiguration.DEFAULT_NM_ENV_WHITELIST + ",LIBHDFS_OPTS,KRB5_CONFIG,JAVA_TOOL_OPTIONS");
+    conf.set("yarn.scheduler.capacity.root.queues", "default");
+    conf.set("yarn.scheduler.capacity.root.default.capacity", "100");
+    conf.set("yarn.scheduler.capacity.maximum-am-resource-percent", "0.5");
+    conf.setInt("yarn.minicluster.yarn.nodemanager.resource.memory-mb", 8192);
+    conf.setInt(YarnConfiguration.NM_PMEM_MB, 8192);
+    conf.setInt(YarnConfiguration.NM_VCORES, 8);
+    conf.setInt(YarnConfiguration.RM_SCHEDULER_MINIMUM_ALLOCATION_MB, 64);
+    conf.set("yarn.nodemanager.disk-health-checker.min-free-space-per-disk-mb", "0");
+    UserGroupInformation.setConfiguration(conf);
+    UserGroupInformation.loginUserFromKeytab(svc, keytab.getAbsolutePath());
+    MiniDFSCluster dfs = new MiniDFSCluster.Builder(conf).numDataNodes(1).build();
+    dfs.waitActive();
+    System.out.println("HDFS up: " + dfs.getURI());
+    MiniYARNCluster yarn = new MiniYARNCluster("secure", 1, 1, 1);
+    yarn.init(conf);
+    yarn.start();
+    System.out.println("YARN up: " + yarn.getConfig().get("yarn.resourcemanager.address"));
+    try (OutputStream out = new FileOutputStream(new File(work, "site.xml"))) { yarn.getConfig().writeXml(out); }
+    try (OutputStream out = new FileOutputStream(new File(work, "hdfs.xml"))) { dfs.getConfiguration(0).writeXml(out); }
+    System.out.println("READY realm " + realm + " krb5 " + kdc.getKrb5conf());
+    System.out.flush();
+    Thread.sleep(Long.MAX_VALUE);
+  }
+}
