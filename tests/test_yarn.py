@@ -1062,3 +1062,14 @@ def test_refused_submissions_are_one_clear_line():
         assert message.startswith("YARN refused submitting x to YARN queue 'q': "), message
         for word in words:
             assert word in message, (word, message)
+
+
+def test_with_tls_the_direct_route_is_the_published_https_address_and_certificate():
+    from appmaster.adminhttp import ADMIN_KEY
+    page = skein.ui.ProxiedPage("stram", "http://node:1", "stram", "http://rm/", "/pages")
+    kv = {ADMIN_KEY: json.dumps({"url": "https://node:2", "cert": "PEM"}).encode()}
+    app = types.SimpleNamespace(kv=kv, ui=types.SimpleNamespace(get_pages=lambda: {"stram": page}))
+    client = types.SimpleNamespace(connect=lambda app_id, wait=True: app)
+    assert yarn.client.direct_admin("application_1_0001", client) == ("https://node:2", b"PEM")
+    kv.clear()  # TLS off (or an older master): the page's plain target, no certificate
+    assert yarn.client.direct_admin("application_1_0001", client) == ("http://node:1", None)
