@@ -56,6 +56,9 @@ class AddressFiles:
         import psutil
         admin = {"url": self.admin_url, "pid": os.getpid(), "host": self.host,
                  "started": psutil.Process().create_time()}
+        proxy_url = getattr(self, "proxy_url", "")
+        if proxy_url and proxy_url != self.admin_url:
+            admin["proxy_url"] = proxy_url  # the plain listener for YARN's web proxy
         return {apppath.ADMIN: json.dumps(admin).encode(),
                 apppath.HEARTBEAT_URI: f"{self.host}:{self.port}".encode()}
 

@@ -12,15 +12,14 @@ Every endpoint is listed in ``docs/rest-api.md``.
 Every request is authorized first (:mod:`appmaster.adminauth`: the
 application's token, a browser session from ``/login``, or YARN's web proxy);
 request bodies are checked against a small schema per endpoint
-(:mod:`appmaster.adminbody`). The server is ``waitress`` (:class:`AdminServer`):
-a bounded thread pool, a connection limit, idle connections closed after a
-timeout, bodies capped.
+(:mod:`appmaster.adminbody`). The server is Hypercorn (:mod:`appmaster.adminserver`):
+a bounded thread pool, slow and idle connections closed after a timeout,
+bodies capped, HTTPS when the application's TLS is on.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from typing import Any
 
@@ -31,6 +30,7 @@ from werkzeug.exceptions import HTTPException
 
 from appmaster import adminauth, console, metrics
 from appmaster.adminbody import MAX_BODY_BYTES, BadBody, Field, parse
+from appmaster.adminserver import AdminServer
 from appmaster.events import ContainerNotRunning, MasterPaused
 from appmaster.reports import in_chunks, operator_rows
 from appmaster.scaling import MAX_PARTITIONS
@@ -204,63 +204,17 @@ def create_app(master: Any, auth: adminauth.AdminAuth | None = None) -> Flask:
     return app
 
 
-class AdminServer:
-    """The admin API served by waitress in a thread, until :meth:`shutdown`.
+def start_admin(master: Any, host: str, bind: str | None = None, tls: Any = None,
+                proxy_host: str | None = None) -> tuple[AdminServer, str]:
+    """Serve the admin API on a free port of ``bind`` (default ``host``) in a thread; (server, base URL).
 
-    Parameters
-    ----------
-    app:
-        The WSGI application.
-    host:
-        The address to listen on (``127.0.0.1`` locally, the node's address on YARN).
-    threads, connection_limit, channel_timeout:
-        Worker threads; open connections at most (more wait in the listen backlog);
-        seconds an idle or slow connection is kept.
-    """
-
-    def __init__(self, app: Any, host: str, threads: int = 4, connection_limit: int = 64,
-                 channel_timeout: int = 30) -> None:
-        from waitress.server import create_server
-        # X-Forwarded-For reaches the application as sent: adminauth trusts it only from this node
-        self.server = create_server(app, host=_one_address(host), port=0, threads=threads,
-                                    connection_limit=connection_limit, channel_timeout=channel_timeout,
-                                    cleanup_interval=5, max_request_body_size=4 * MAX_BODY_BYTES,
-                                    max_request_header_size=64 * 1024, ident="stram",
-                                    clear_untrusted_proxy_headers=False)
-        self.server_port = self.server.effective_port
-        self.host = host
-        self._thread = threading.Thread(target=self.server.run, daemon=True, name="admin-http")
-        self._thread.start()
-
-    def shutdown(self, timeout: float = 5.0) -> None:
-        """Stop listening, close every connection and the worker threads; returns once stopped."""
-        def close_all() -> None:  # in the server's own loop thread
-            for channel in list(self.server._map.values()):
-                if channel is not self.server.trigger:
-                    channel.close()
-            self.server.trigger.close()
-        try:
-            self.server.trigger.pull_trigger(close_all)
-        except OSError:
-            pass
-        self._thread.join(timeout)
-        self.server.task_dispatcher.shutdown(timeout=timeout)
+    With ``tls`` (the application's identity) it serves HTTPS; ``proxy_host`` adds the plain
+    listener for the YARN web proxy (:class:`appmaster.adminserver.AdminServer`)."""
+    server = AdminServer(create_app(master), bind or host, tls=tls, proxy_host=proxy_host)
+    return server, base_url(server.scheme, host, server.server_port)
 
 
-def _one_address(host: str) -> str:
-    """One IP address of ``host`` (IPv4 first), so the server listens on exactly one socket."""
-    import socket
-    try:
-        infos = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)
-    except OSError:
-        return host
-    infos.sort(key=lambda info: info[0] != socket.AF_INET)
-    return infos[0][4][0] if infos else host
-
-
-def start_admin(master: Any, host: str, bind: str | None = None) -> tuple[Any, str]:
-    """Serve the admin API on a free port of ``bind`` (default ``host``) in a thread; (server, base URL)."""
-    server = AdminServer(create_app(master), bind or host)
-    logging.getLogger("waitress").setLevel(logging.WARNING)
+def base_url(scheme: str, host: str, port: int) -> str:
+    """``scheme://host:port``, an IPv6 address in brackets."""
     shown = host if ":" not in host else f"[{host}]"
-    return server, f"http://{shown}:{server.server_port}"
+    return f"{scheme}://{shown}:{port}"

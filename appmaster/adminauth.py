@@ -121,11 +121,15 @@ class AdminAuth:
         The names of this node (the Skein web UI that forwards proxied requests runs here).
     modify_users:
         Users a proxied request may change something for (``*``: anyone).
+    tls:
+        Whether the application's TLS is on: then the token and the session cookie are
+        taken over HTTPS only (a plain listener serves the YARN web proxy alone).
     """
 
     def __init__(self, token: str, yarn: bool = False, proxies: Iterable[str] = (),
-                 local: Iterable[str] = (), modify_users: Iterable[str] = ()) -> None:
+                 local: Iterable[str] = (), modify_users: Iterable[str] = (), tls: bool = False) -> None:
         self.token = token.encode()
+        self.tls = tls
         self.session = session_value(token).encode()
         self.yarn = yarn
         self.proxies = [p for p in proxies if p]
@@ -155,7 +159,8 @@ class AdminAuth:
                             "web proxy are refused (the token still works)")
         acl = os.environ.get("STRAM_MODIFY_ACL") or os.environ.get("STRAM_USER") or getpass.getuser()
         return cls(master.token, yarn=yarn, proxies=proxies,
-                   local=[getattr(master, "host", ""), socket.gethostname()], modify_users=acl.split(","))
+                   local=[getattr(master, "host", ""), socket.gethostname()], modify_users=acl.split(","),
+                   tls=getattr(master, "tls_identity", None) is not None)
 
     # ------------------------------------------------------------ the check
     def _bearer(self) -> bool | None:
@@ -196,6 +201,9 @@ class AdminAuth:
     def check(self) -> tuple[int, str] | None:
         """None when the current request may go on; else (status, why)."""
         bearer, cookie = self._bearer(), self._cookie()
+        if self.tls and request.scheme != "https" and (bearer is not None or cookie is not None):
+            return 403, ("this application's TLS is on: its token is taken over HTTPS only (this plain "
+                         "listener serves the YARN web proxy); use the https:// address in admin.json")
         proxied = False
         if not (bearer or cookie):
             proxied = self._proxied()
@@ -246,6 +254,9 @@ def install(app: Flask, auth: AdminAuth) -> None:
     def login():  # noqa: ANN202
         """Exchange the token for a session cookie (for a browser), then go to the console."""
         supplied = request.args.get("token", "")
+        if auth.tls and request.scheme != "https":
+            log.warning("admin API refused a login from %s over plain HTTP (TLS is on)", request.remote_addr)
+            return jsonify({"error": "this application's TLS is on: log in over HTTPS"}), 403
         if not hmac.compare_digest(supplied.encode(), auth.token):
             log.warning("admin API refused a login from %s: wrong application token", request.remote_addr)
             return jsonify({"error": "wrong application token"}), 401

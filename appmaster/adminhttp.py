@@ -6,26 +6,46 @@ returns the parsed JSON answer; an error status becomes
 explanation, and a server that does not answer becomes
 :class:`~appmaster.errors.ClusterUnreachable`. Every call carries the
 application's token as ``Authorization: Bearer <token>`` when one is given
-(the master refuses calls without it, :mod:`appmaster.adminauth`).
+(the master refuses calls without it, :mod:`appmaster.adminauth`). An
+``https://`` base is trusted only when it presents the application's own
+certificate (``ca``, from ``APP_PATH/tls/cert.pem``): nothing else can pose as
+the master, whatever host name it answers on.
 """
 
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.error
 import urllib.request
 from typing import Any
 
 from appmaster.errors import AdminRequestError, ClusterUnreachable
 
-__all__ = ["ADMIN_PREFIX", "request_json"]
+__all__ = ["ADMIN_PREFIX", "ADMIN_KEY", "request_json", "pinned_context"]
 
 #: Where the admin API lives under a master's base URL.
 ADMIN_PREFIX = "/ws/v2/stram/"
+#: The key, in a YARN application's Skein key-value store, of the admin API's HTTPS address
+#: and certificate (JSON ``{"url", "cert"}``), published when TLS is on.
+ADMIN_KEY = "stram.admin"
+
+
+def pinned_context(cert_pem: bytes | str) -> ssl.SSLContext:
+    """A TLS client context that trusts exactly the application's certificate.
+
+    The certificate is its own root and names the application (not a host), so
+    the host name is not checked; the chain is."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    ctx.load_verify_locations(cadata=cert_pem.decode() if isinstance(cert_pem, bytes) else cert_pem)
+    return ctx
 
 
 def request_json(base: str, path: str, method: str = "GET", body: dict | None = None,
-                 timeout: float = 10.0, token: str | None = None) -> Any:
+                 timeout: float = 10.0, token: str | None = None, ca: bytes | str | None = None) -> Any:
     """Call ``<base>/ws/v2/stram/<path>``; the parsed JSON answer (None for an empty one).
 
     Parameters
@@ -42,6 +62,9 @@ def request_json(base: str, path: str, method: str = "GET", body: dict | None = 
         Seconds to wait for the answer.
     token:
         The application's token (:func:`appmaster.apps.read_token`), sent as a Bearer credential.
+    ca:
+        The application's certificate, PEM: an ``https://`` base must present it. Without
+        it an ``https://`` base is refused (ClusterUnreachable) rather than trusted blindly.
 
     Raises
     ------
@@ -56,8 +79,14 @@ def request_json(base: str, path: str, method: str = "GET", body: dict | None = 
     if token:
         headers["Authorization"] = f"Bearer {token}"
     req = urllib.request.Request(url, data=data, method=method, headers=headers)
+    context = None
+    if url.startswith("https://"):
+        if not ca:
+            raise ClusterUnreachable(f"{url}: the master serves HTTPS, and the application's certificate "
+                                     f"(APP_PATH/tls/cert.pem) to check it against was not found")
+        context = pinned_context(ca)
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
+        with urllib.request.urlopen(req, timeout=timeout, context=context) as resp:
             return json.loads(resp.read() or b"null")
     except urllib.error.HTTPError as exc:
         try:

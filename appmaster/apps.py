@@ -21,7 +21,7 @@ from appmaster.errors import UserError
 from container import apppath
 
 __all__ = ["TERMINAL", "stram_home", "apps_dir", "local_apps", "find_app", "read_json",
-           "yarn_configured", "token_path", "write_token", "read_token"]
+           "yarn_configured", "token_path", "write_token", "read_token", "read_certificate"]
 
 #: The states an application never leaves.
 TERMINAL = ("SUCCEEDED", "FAILED", "KILLED")
@@ -61,6 +61,16 @@ def read_token(app_id: str, yarn: bool = False) -> str | None:
     try:
         with open(token_path(app_id, yarn)) as f:
             return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def read_certificate(app: dict[str, Any]) -> bytes | None:
+    """A local application's TLS certificate (``APP_PATH/tls/cert.pem``), which its HTTPS admin
+    API presents; None when TLS is off."""
+    try:
+        with open(os.path.join(app.get("app_path", ""), "tls", "cert.pem"), "rb") as f:
+            return f.read()
     except OSError:
         return None
 

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from appmaster.adminhttp import request_json
-from appmaster.apps import TERMINAL, find_app, read_token
+from appmaster.apps import TERMINAL, find_app, read_certificate, read_token
 from appmaster.errors import ClusterUnreachable, StramError
 from appmaster.follow import pause_note
 
@@ -47,7 +47,8 @@ def admin(app: dict[str, Any], path: str, method: str = "GET", body: dict | None
     if app.get("state") in TERMINAL or not app.get("admin_url"):
         raise StramError(f"application {app['id']} is {app.get('state')}; its master is not running")
     try:
-        return request_json(app["admin_url"], path, method, body, timeout=timeout, token=read_token(app["id"]))
+        return request_json(app["admin_url"], path, method, body, timeout=timeout, token=read_token(app["id"]),
+                            ca=read_certificate(app))
     except ClusterUnreachable as exc:
         raise ClusterUnreachable(f"the application master at {exc} does not answer; "
                                  f"is the application still running? (`stram list-apps`)") from None

@@ -100,6 +100,9 @@ class AppMaster(AddressFiles):
         self.port = 0
         self.admin = None
         self.admin_url = ""
+        #: Where the YARN web proxy reaches the admin API (the plain listener when TLS is on).
+        self.proxy_url = ""
+        self.tls_identity: tls.Identity | None = None
         self._stop_requested = False
         #: Seconds a scale request retries a transient refusal (the CLI's HTTP timeout is 10 s).
         self.scale_wait = 5.0
@@ -320,12 +323,17 @@ class AppMaster(AddressFiles):
         servicer = UmbilicalServicer(self.dispatch, self.token, self.dispatch_many)
         # only where callers are: 127.0.0.1 locally, the node's address on YARN (STRAM_BIND_HOST overrides)
         bind = os.environ.get("STRAM_BIND_HOST") or self.host
-        self.server, self.port = create_server(servicer, host=bind, port=0, tls_identity=self._tls_identity())
-        from appmaster.admin import start_admin
-        self.admin, self.admin_url = start_admin(self, self.host, bind)
-        register = getattr(self.launcher, "register_ui", None)
+        self.tls_identity = self._tls_identity()
+        self.server, self.port = create_server(servicer, host=bind, port=0, tls_identity=self.tls_identity)
+        from appmaster.admin import base_url, start_admin
+        register = getattr(self.launcher, "register_ui", None)  # YARN's: its web proxy speaks plain HTTP
+        self.admin, self.admin_url = start_admin(self, self.host, bind, tls=self.tls_identity,
+                                                 proxy_host=bind if register is not None else None)
+        self.proxy_url = (base_url("http", self.host, self.admin.proxy_port) if self.admin.proxy_port
+                          else self.admin_url)
         if register is not None:
-            register(self.admin_url)
+            register(self.proxy_url, direct=self.admin_url,
+                     cert=self.tls_identity.cert_pem if self.tls_identity is not None else None)
         # containers find the master in heartbeatUri: written last, once everything serves
         no_space = self._write_address_files()
         log.info("application %s: umbilical at %s:%d, admin API at %s", self.app_id, self.host,

@@ -205,21 +205,29 @@ class Injector:
             found.append((row["id"], ",".join("unifier" if "unifier" in o else o for o in ops)))
         return found
 
-    def _victim(self, where: str) -> tuple[str, str, int] | None:
+    def _victim(self, where: str, stopped_too: bool = False) -> tuple[str, str, int] | None:
+        """A running container matching ``where``: one not SIGSTOPped, else (``stopped_too``) a stopped one."""
         choices = self._containers(where)
         self.rng.shuffle(choices)
+        frozen = None
         for cid, ops in choices:
             pid = agent_pid(self.app_id, cid)
             if pid and pid not in self.stopped:
                 return cid, ops, pid
-        return None
+            if pid and frozen is None:
+                frozen = (cid, ops, pid)
+        return frozen if stopped_too else None
 
     def kill(self, where: str) -> str | None:
-        victim = self._victim(where)
+        # a stopped container is fair game too: when the only output container is the one
+        # stopped, its kill would otherwise wait until the application had ended
+        victim = self._victim(where, stopped_too=True)
         if victim is None:
             return None
         cid, ops, pid = victim
         os.kill(pid, signal.SIGKILL)
+        if pid in self.stopped:
+            self.stopped.remove(pid)
         return f"kill({ops})"
 
     def stop(self, where: str) -> str | None:

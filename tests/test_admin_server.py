@@ -3,7 +3,7 @@
 Bodies are checked per endpoint: ``[]``, ``null``, deep nesting, unknown
 fields, wrong types (a count of ``1.9``, ``true`` or ``"2"``) and counts out of
 range get 400 with a message, a body over 64 KiB gets 413, and nothing is done.
-The server is waitress on a real socket: slow clients do not grow the
+The server is Hypercorn on a real socket: slow clients do not grow the
 master's threads, and it stops cleanly (the port is closed, its thread ended).
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -108,24 +109,42 @@ def test_the_real_server_refuses_big_and_bad_bodies(served, master):  # noqa: F8
     assert master.recorder.calls == [("scale", "count", 3)]
 
 
+def _hung_up(sock: socket.socket, within: float) -> bool:
+    """Whether the server closes ``sock`` (a FIN, or a reset as it drops unread bytes) in time."""
+    sock.settimeout(within)
+    try:
+        return sock.recv(100) == b""
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
 def test_slow_clients_do_not_grow_threads_and_the_server_stops_cleanly(master):  # noqa: F811
     before = threading.active_count()
-    server = AdminServer(create_app(master, AdminAuth(TOKEN)), "127.0.0.1", threads=4, connection_limit=32)
+    server = AdminServer(create_app(master, AdminAuth(TOKEN)), "127.0.0.1", threads=4, connection_limit=32,
+                         channel_timeout=3)
     port = server.server_port
     slow = []
     try:
-        for _ in range(300):  # each sends half a request line and waits
+        for _ in range(300):  # each sends half a request and waits
             s = socket.create_connection(("127.0.0.1", port), timeout=5)
             s.sendall(b"GET /ws/v2/stram/info HTTP/1.1\r\nHost: x\r\n")
             slow.append(s)
-        # a thread pool of 4 and one loop thread, however many connections are held
+        # the loop thread and at most the pool of 4, however many connections are held
         assert threading.active_count() <= before + 5
+        # beyond the limit of 32 they are closed at once
+        assert _hung_up(slow[-1], within=5)
+        # the first ones time out and close, and then others get in
+        time.sleep(4)
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/ws/v2/stram/info", headers=AUTH)
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            assert json.loads(resp.read())["id"] == "app-auth"
+        # and the server hangs up on them once channel_timeout has passed
+        assert _hung_up(slow[0], within=8)
     finally:
         for s in slow:
             s.close()
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/ws/v2/stram/info", headers=AUTH)
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        assert json.loads(resp.read())["id"] == "app-auth"
     server.shutdown()
     assert not server._thread.is_alive()
     with pytest.raises(OSError):
@@ -153,3 +172,66 @@ def test_answers_are_encoded_fast_and_the_same_as_the_standard_encoder_would():
                                                            ensure_ascii=False)
     big = client.get("/big")
     assert big.status_code == 200 and json.loads(big.data) == {"metrics": {"huge": 1 << 70}}
+
+
+# ---------------------------------------------------------------- HTTPS (issue 14, item 2)
+
+@pytest.fixture
+def identity():
+    from container.tls import make_identity
+    return make_identity("app-auth")
+
+
+def test_with_tls_it_serves_https_only_and_clients_trust_only_the_applications_certificate(master, identity):  # noqa: F811
+    from appmaster.adminhttp import request_json
+    from appmaster.errors import AdminRequestError, ClusterUnreachable
+    from container.tls import make_identity
+
+    server = AdminServer(create_app(master, AdminAuth(TOKEN, tls=True)), "127.0.0.1", tls=identity)
+    base = f"https://127.0.0.1:{server.server_port}"
+    try:
+        assert server.scheme == "https" and server.proxy_port is None
+        assert request_json(base, "info", token=TOKEN, ca=identity.cert_pem)["id"] == "app-auth"
+        assert request_json(base, "operators/count/partitions", "POST", {"count": 2}, token=TOKEN,
+                            ca=identity.cert_pem) == {"to": 2}
+        with pytest.raises(AdminRequestError) as refused:  # TLS does not stand in for the token
+            request_json(base, "info", ca=identity.cert_pem)
+        assert refused.value.status == 401
+        # another application's certificate, or none at all, is not trusted
+        with pytest.raises(ClusterUnreachable, match="CERTIFICATE_VERIFY_FAILED"):
+            request_json(base, "info", token=TOKEN, ca=make_identity("app-other").cert_pem)
+        with pytest.raises(ClusterUnreachable, match="certificate"):
+            request_json(base, "info", token=TOKEN)
+        # a plain-text client gets no answer from the TLS port, and the token it sent stays unread
+        with socket.create_connection(("127.0.0.1", server.server_port), timeout=10) as s:
+            s.sendall(f"GET /ws/v2/stram/info HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n".encode())
+            answer = s.recv(4096)
+        assert b"app-auth" not in answer and not answer.startswith(b"HTTP/1.1 200")
+    finally:
+        server.shutdown()
+    assert master.recorder.calls == [("scale", "count", 2)]
+
+
+def test_the_plain_listener_for_the_yarn_proxy_takes_proxied_requests_and_no_token(master, identity):  # noqa: F811
+    from appmaster.adminhttp import request_json
+    from appmaster.errors import AdminRequestError
+
+    auth = AdminAuth(TOKEN, yarn=True, proxies=["127.0.0.1:8088"], modify_users=["alice"], tls=True)
+    server = AdminServer(create_app(master, auth), "127.0.0.1", tls=identity, proxy_host="127.0.0.1")
+    plain = f"http://127.0.0.1:{server.proxy_port}"
+    try:
+        assert server.proxy_port and server.proxy_port != server.server_port
+        # the caller is a proxy host (127.0.0.1 here): let in, as on the HTTPS port
+        assert request_json(plain, "info")["id"] == "app-auth"
+        # a token in plain text is refused even though it is right, and so is a login
+        with pytest.raises(AdminRequestError) as refused:
+            request_json(plain, "info", token=TOKEN)
+        assert refused.value.status == 403 and "HTTPS only" in refused.value.detail
+        with pytest.raises(urllib.error.HTTPError) as login:
+            urllib.request.urlopen(f"{plain}/login?token={TOKEN}", timeout=10)
+        assert login.value.code == 403
+        # the HTTPS port takes the token
+        assert request_json(f"https://127.0.0.1:{server.server_port}", "info", token=TOKEN,
+                            ca=identity.cert_pem)["id"] == "app-auth"
+    finally:
+        server.shutdown()

@@ -193,6 +193,8 @@ def test_with_tls_a_word_count_speaks_no_plain_text_and_counts_exactly(tmp_path)
     import grpc
 
     import proto
+    from appmaster.adminhttp import request_json
+    from appmaster.errors import ClusterUnreachable
     from container import tls
     from container.bufferserver import FIRST_WINDOW, BufferServerError, Subscriber
     from container.secret import buffer_server_key, container_credential
@@ -227,3 +229,11 @@ def test_with_tls_a_word_count_speaks_no_plain_text_and_counts_exactly(tmp_path)
             assert sub.poll(5.0), "no message over TLS"
         finally:
             sub.close()
+        # the admin API: HTTPS under the same certificate (the CLI's calls above went through it)
+        url = stram_apps.find_app(app_id)["admin_url"]
+        assert url.startswith("https://127.0.0.1:"), url
+        assert request_json(url, "info", token=token, ca=cert)["id"] == app_id
+        with pytest.raises(ClusterUnreachable):  # plain HTTP gets no answer
+            request_json("http://" + url[len("https://"):], "info", token=token)
+        with pytest.raises(ClusterUnreachable, match="CERTIFICATE_VERIFY_FAILED"):
+            request_json(url, "info", token=token, ca=tls.make_identity("impostor").cert_pem)

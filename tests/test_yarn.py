@@ -34,7 +34,6 @@ import tarfile
 import threading
 import time
 import types
-import urllib.request
 import zipfile
 from collections import Counter
 from typing import Any
@@ -833,6 +832,7 @@ class StandInApplicationClient:
         self.root = root
         self.app_id = app_id
         self.ui = _StandInUI()
+        self.kv: dict[str, bytes] = {}  # Skein's key-value store
         self.progress: list[float] = []
         self.shutdowns: list[tuple[str, str | None]] = []
         self.instances: Counter = Counter()
@@ -976,7 +976,13 @@ def test_yarn_launcher_runs_wordcount(tmp_path):
     assert sums == truth
     assert maxima == dict(truth)
     assert standin.shutdowns == [("SUCCEEDED", standin.shutdowns[0][1])]
-    assert standin.ui.pages == {"stram": (master.admin_url, "stram")}
+    # TLS is on by default on YARN: Skein's proxy reaches a plain listener, the CLI the HTTPS address
+    # published with the application's certificate
+    assert standin.ui.pages == {"stram": (master.proxy_url, "stram")}
+    assert master.admin_url.startswith("https://") and master.proxy_url.startswith("http://")
+    from appmaster.adminhttp import ADMIN_KEY
+    assert json.loads(standin.kv[ADMIN_KEY]) == {"url": master.admin_url,
+                                                 "cert": master.tls_identity.cert_pem.decode()}
     # containers were instances of the "container" service, run by its script from localized files
     assert standin.containers and {c["service"] for c in standin.containers.values()} == {"container"}
     for c in standin.containers.values():
@@ -1009,18 +1015,17 @@ def test_yarn_launcher_recovers_a_killed_container(tmp_path):
     killed: dict[str, Any] = {}
 
     def kill_one(master, standin):
+        from appmaster.adminhttp import request_json
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            if master.admin_url:
-                auth = {"Authorization": f"Bearer {master.token}"}
-                rows = json.loads(urllib.request.urlopen(urllib.request.Request(
-                    master.admin_url + "/ws/v2/stram/operators", headers=auth)).read())
+            if master.admin_url:  # HTTPS under the application's certificate (TLS: YARN's default)
+                ca = master.tls_identity.cert_pem
+                rows = request_json(master.admin_url, "operators", token=master.token, ca=ca)
                 active = [r for r in rows["operators"] if r["state"] == "ACTIVE"]
                 if len(active) == 4 and not master.finished.is_set():
                     victim = next(r["container"] for r in active if r["name"] == "count")
-                    req = urllib.request.Request(f"{master.admin_url}/ws/v2/stram/containers/{victim}",
-                                                 method="DELETE", headers=auth)
-                    killed["id"] = json.loads(urllib.request.urlopen(req).read())["killed"]
+                    killed["id"] = request_json(master.admin_url, f"containers/{victim}", "DELETE",
+                                                token=master.token, ca=ca)["killed"]
                     return
             time.sleep(0.2)
 
@@ -1062,3 +1067,14 @@ def test_refused_submissions_are_one_clear_line():
         assert message.startswith("YARN refused submitting x to YARN queue 'q': "), message
         for word in words:
             assert word in message, (word, message)
+
+
+def test_with_tls_the_direct_route_is_the_published_https_address_and_certificate():
+    from appmaster.adminhttp import ADMIN_KEY
+    page = skein.ui.ProxiedPage("stram", "http://node:1", "stram", "http://rm/", "/pages")
+    kv = {ADMIN_KEY: json.dumps({"url": "https://node:2", "cert": "PEM"}).encode()}
+    app = types.SimpleNamespace(kv=kv, ui=types.SimpleNamespace(get_pages=lambda: {"stram": page}))
+    client = types.SimpleNamespace(connect=lambda app_id, wait=True: app)
+    assert yarn.client.direct_admin("application_1_0001", client) == ("https://node:2", b"PEM")
+    kv.clear()  # TLS off (or an older master): the page's plain target, no certificate
+    assert yarn.client.direct_admin("application_1_0001", client) == ("http://node:1", None)

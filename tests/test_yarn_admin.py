@@ -152,9 +152,11 @@ def test_inspect_shutdown_and_kill(on_minicluster, tmp_path):
 
 
 def test_admin_api_on_yarn_lets_in_the_token_and_the_proxy_only(on_minicluster, tmp_path):
-    """On the mini cluster: the master's own admin address refuses a caller without the token (or
-    with a foreign Origin) and serves one with it; the ResourceManager's web proxy is let in for
-    reading; no process of the application has the token in its environment; the count is exact."""
+    """On the mini cluster (TLS on, YARN's default): the master's own HTTPS admin address refuses a
+    caller without the token (or with a foreign Origin) and serves one with it; the plain listener
+    the ResourceManager's web proxy reaches lets the proxy in for reading and refuses a token sent
+    to it in plain text; no process of the application has the token in its environment; the
+    count is exact."""
     import http.client as http_client
     import socket
     import urllib.parse
@@ -162,13 +164,20 @@ def test_admin_api_on_yarn_lets_in_the_token_and_the_proxy_only(on_minicluster, 
     import psutil
 
     from appmaster import yarn
+    from appmaster.adminhttp import pinned_context
     from appmaster.apps import read_token
+
+    cert = None
 
     def http(url, method="GET", headers=None, body=None, source=None):
         """(status, body) of a request; ``source``: the local address the call comes from."""
         parts = urllib.parse.urlsplit(url)
-        conn = http_client.HTTPConnection(parts.hostname, parts.port, timeout=30,
-                                          source_address=(source, 0) if source else None)
+        source_address = (source, 0) if source else None
+        if parts.scheme == "https":  # trusting the application's certificate only
+            conn = http_client.HTTPSConnection(parts.hostname, parts.port, timeout=30, source_address=source_address,
+                                               context=pinned_context(cert))
+        else:
+            conn = http_client.HTTPConnection(parts.hostname, parts.port, timeout=30, source_address=source_address)
         try:
             conn.request(method, parts.path, body=body, headers=headers or {})
             resp = conn.getresponse()
@@ -195,10 +204,15 @@ def test_admin_api_on_yarn_lets_in_the_token_and_the_proxy_only(on_minicluster, 
         assert token
         with yarn.connect() as client:
             # None until Skein's web UI lists the master's page (and while Skein's gRPC is busy)
-            direct = wait_until(lambda: yarn.direct_admin_url(app_id, client), timeout=120, interval=2,
-                                what="the master's own admin URL")
+            direct, cert = wait_until(lambda: (lambda d: d if d[0] else None)(yarn.client.direct_admin(app_id, client)),
+                                      timeout=120, interval=2, what="the master's own admin URL")
             proxied = yarn.admin_url_for(app_id, client)
-        assert direct and not direct.startswith("http://0.0.0.0"), direct
+            page = client.connect(app_id, wait=False).ui.get_pages()["stram"].target
+        assert direct.startswith("https://") and not direct.startswith("https://0.0.0.0"), direct
+        assert cert and page.startswith("http://") and page != "http://" + direct[len("https://"):], (direct, page)
+        # the plain listener behind the proxy: a stranger is refused with or without the (right) token
+        assert http(page + "/ws/v2/stram/info", source=stranger)[0] == 401
+        assert http(page + "/ws/v2/stram/info", headers={"Authorization": f"Bearer {token}"}, source=stranger)[0] == 403
         info = direct + "/ws/v2/stram/info"
         assert http(info, source=stranger)[0] == 401
         assert http(info, headers={"X-Forwarded-For": "127.0.0.1"}, source=stranger)[0] == 401

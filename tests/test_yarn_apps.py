@@ -134,6 +134,12 @@ def test_receiver_wal_on_hdfs_survives_killed_containers(on_minicluster, tmp_pat
         assert done.returncode == 0, done.stdout + done.stderr
     except BaseException:
         print(stram("get-app-info", app_id).stdout)
+        try:  # where is each thread? (a receiver that took nothing after its recovery, seen once)
+            for row in stram_json("list-containers", app_id):
+                if row.get("state") == "RUNNING":
+                    print(f"stack of {row['id']} ({row.get('operators')}):", stram("stack", app_id, row["id"]).stdout)
+        except Exception as exc:  # noqa: BLE001 - diagnostics only
+            print("no stacks:", exc)
         print("container logs:", collect_logs(cluster, app_id, tmp_path / "logs"))
         stram("kill-app", app_id)
         raise

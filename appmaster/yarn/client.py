@@ -8,6 +8,7 @@ and to a running master's admin API through YARN's web proxy.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import secrets
@@ -17,7 +18,7 @@ import tempfile
 import time
 from typing import Any
 
-from appmaster.adminhttp import request_json
+from appmaster.adminhttp import ADMIN_KEY, request_json
 from appmaster.apps import read_token, write_token
 from appmaster.errors import AdminRequestError, ClusterUnreachable, StramError
 from appmaster.follow import follow as follow_run, pause_note
@@ -204,15 +205,36 @@ def direct_admin_url(app_id: str, client: Any) -> str | None:
     """The master's own admin URL (``http://node:port``), from the Skein web UI's page ``stram``.
 
     Asks the Skein application master over its gRPC address (``client.connect``);
-    None when it cannot be reached or the page is not registered yet.
+    None when it cannot be reached or the page is not registered yet. With TLS on
+    it is the HTTPS address instead (see :func:`direct_admin`).
     """
+    return direct_admin(app_id, client)[0]
+
+
+def direct_admin(app_id: str, client: Any) -> tuple[str | None, bytes | None]:
+    """(the master's own admin URL, the certificate it presents or None).
+
+    With TLS on the master publishes its HTTPS address and certificate in the
+    application's key-value store (:data:`appmaster.adminhttp.ADMIN_KEY`), which
+    only those Skein lets in can read; else the Skein page's plain target."""
     try:
         app = client.connect(app_id, wait=False)
+    except Exception as exc:  # noqa: BLE001
+        log.debug("no direct admin URL for %s: %s", app_id, exc)
+        return None, None
+    try:
+        published = app.kv.get(ADMIN_KEY)
+        if published:
+            doc = json.loads(published)
+            return str(doc["url"]), str(doc.get("cert") or "").encode() or None
+    except Exception as exc:  # noqa: BLE001 - an older master publishes nothing: the page then
+        log.debug("no published admin address for %s: %s", app_id, exc)
+    try:
         page = app.ui.get_pages().get("stram")
     except Exception as exc:  # noqa: BLE001
         log.debug("no direct admin URL for %s: %s", app_id, exc)
-        return None
-    return getattr(page, "target", None)
+        return None, None
+    return getattr(page, "target", None), None
 
 
 def admin_request(app_id: str, client: Any, path: str, method: str = "GET", body: dict | None = None,
@@ -232,11 +254,13 @@ def admin_request(app_id: str, client: Any, path: str, method: str = "GET", body
     """
     proxied = admin_url_for(app_id, client)
     token = read_token(app_id, yarn=True)  # the proxy does not forward it: GET through it needs none
-    routes = [proxied] if method == "GET" else [u for u in (direct_admin_url(app_id, client), proxied) if u]
+    direct, cert = direct_admin(app_id, client) if method != "GET" else (None, None)
+    routes = [proxied] if method == "GET" else [u for u in (direct, proxied) if u]
     problems = []
     for base in routes:
         try:
-            return request_json(base, path, method, body, timeout=timeout, token=token)
+            return request_json(base, path, method, body, timeout=timeout, token=token,
+                                ca=cert if base == direct else None)
         except AdminRequestError as exc:
             if exc.status == 405 and base == proxied:
                 problems.append(f"{base}: the YARN web proxy does not forward {method}")

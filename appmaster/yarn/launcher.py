@@ -21,6 +21,7 @@ import time
 import warnings
 from typing import Any, Mapping
 
+from appmaster.adminhttp import ADMIN_KEY
 from appmaster.apps import TERMINAL
 from appmaster.errors import UserError
 from appmaster.launcher import ContainerRequest, Launcher
@@ -248,13 +249,22 @@ class YarnLauncher(Launcher):
         except Exception as exc:  # noqa: BLE001
             log.debug("set_progress: %s", exc)
 
-    def register_ui(self, admin_url: str) -> str | None:
+    def register_ui(self, admin_url: str, direct: str | None = None, cert: bytes | None = None) -> str | None:
         """Put the master's admin pages into the Skein web UI (route and link ``stram``).
 
+        ``admin_url`` is what Skein's proxy forwards to (plain HTTP); with TLS on, the
+        HTTPS address the CLI calls directly (``direct``) and the certificate it must
+        present (``cert``) go into the application's key-value store as ``stram.admin``.
         Returns the proxied address, or None (with a warning) when it failed:
         the application runs on without the link.
         """
         self._ui_done = True
+        if direct and direct != admin_url:
+            try:
+                self.app_client.kv[ADMIN_KEY] = json.dumps(
+                    {"url": direct, "cert": (cert or b"").decode()}).encode()
+            except Exception as exc:  # noqa: BLE001
+                log.warning("could not publish the admin API's HTTPS address: %s", exc)
         try:
             page = self.app_client.ui.add_page("stram", admin_url, link_name="stram")
         except Exception as exc:  # noqa: BLE001
@@ -272,12 +282,14 @@ class YarnLauncher(Launcher):
             return
         self._ui_done = True
         try:
-            from container import apppath, fs
-            url = json.loads(fs.read_bytes(apppath.file(app_path, apppath.ADMIN)))["url"]
+            from container import apppath, fs, tls
+            admin = json.loads(fs.read_bytes(apppath.file(app_path, apppath.ADMIN)))
+            url = admin.get("proxy_url") or admin["url"]
+            cert = tls.load_certificate(app_path)
         except Exception as exc:  # noqa: BLE001
             log.warning("no admin URL to put into the Skein web UI (%s)", exc)
             return
-        self.register_ui(url)
+        self.register_ui(url, direct=admin["url"], cert=cert)
 
     def finish(self, state: str, diagnostics: str) -> None:
         """Report the final state to YARN: SUCCEEDED, FAILED or KILLED (anything else: FAILED)."""
