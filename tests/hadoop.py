@@ -135,19 +135,18 @@ def _processes_with_marker(state: pathlib.Path) -> list[str]:
     return found
 
 
-@pytest.fixture(scope="session")
-def minicluster(tmp_path_factory) -> Iterator[MiniCluster]:
-    """HDFS + YARN for the whole session (started on first use), stopped at its end."""
+def start_cluster(state: pathlib.Path, *args: str) -> tuple[MiniCluster, dict[str, str]]:
+    """``./scripts/minicluster start ARGS`` with its state in ``state``: (the cluster, the env that
+    stops it); skips (fails with CI=true) when the cluster cannot start here."""
     if not os.environ.get("JAVA_HOME") and shutil.which("java") is None:
         missing("the mini Hadoop cluster", "Java is not installed (the cluster and skein's driver are JVMs): "
                 "apt-get install openjdk-17-jdk-headless")
-    state = tmp_path_factory.mktemp("minicluster")
     env = dict(os.environ, STRAM_MINICLUSTER_DIR=str(state))
     for var in ("HADOOP_CONF_DIR", "YARN_CONF_DIR", "CLASSPATH", "HADOOP_HOME"):
         env.pop(var, None)
     started = time.monotonic()
     try:
-        proc = subprocess.run([sys.executable, str(SCRIPT), "start", "--timeout", str(START_TIMEOUT)],
+        proc = subprocess.run([sys.executable, str(SCRIPT), "start", "--timeout", str(START_TIMEOUT), *args],
                               env=env, capture_output=True, text=True, timeout=START_TIMEOUT + 600)
     except subprocess.TimeoutExpired as exc:
         subprocess.run([sys.executable, str(SCRIPT), "stop"], env=env, capture_output=True, timeout=120)
@@ -157,27 +156,44 @@ def minicluster(tmp_path_factory) -> Iterator[MiniCluster]:
         subprocess.run([sys.executable, str(SCRIPT), "stop"], env=env, capture_output=True, timeout=120)
         missing("the mini Hadoop cluster", f"./scripts/minicluster start failed:\n{proc.stderr.strip()[-3000:]}")
     sys.stderr.write(proc.stderr)
-    cluster = MiniCluster(state, _parse_exports(proc.stdout), elapsed)
+    return MiniCluster(state, _parse_exports(proc.stdout), elapsed), env
+
+
+def stop_cluster(cluster: MiniCluster, env: dict[str, str]) -> None:
+    """``./scripts/minicluster stop``; fails if a process of the cluster is left."""
+    stop = subprocess.run([sys.executable, str(SCRIPT), "stop"], env=env, capture_output=True, text=True,
+                          timeout=180)
+    left = _processes_with_marker(cluster.state)
+    assert stop.returncode == 0, stop.stderr
+    assert not left, "processes of the mini cluster still run after stop:\n" + "\n".join(left)
+
+
+@pytest.fixture(scope="session")
+def minicluster(tmp_path_factory) -> Iterator[MiniCluster]:
+    """HDFS + YARN for the whole session (started on first use), stopped at its end."""
+    cluster, env = start_cluster(tmp_path_factory.mktemp("minicluster"))
     try:
         yield cluster
     finally:
-        stop = subprocess.run([sys.executable, str(SCRIPT), "stop"], env=env, capture_output=True, text=True,
-                              timeout=180)
-        left = _processes_with_marker(state)
-        assert stop.returncode == 0, stop.stderr
-        assert not left, "processes of the mini cluster still run after stop:\n" + "\n".join(left)
+        stop_cluster(cluster, env)
 
 
 @pytest.fixture
 def on_minicluster(minicluster, monkeypatch, tmp_path_factory) -> MiniCluster:
     """The test runs as a user after ``eval "$(./scripts/minicluster start)"`` (plus pyarrow's HDFS settings)."""
+    return as_user_of(minicluster, monkeypatch, tmp_path_factory)
+
+
+def as_user_of(cluster: MiniCluster, monkeypatch, tmp_path_factory) -> MiniCluster:
+    """Make this test's environment a user's of ``cluster`` (its exports, pyarrow's HDFS settings)."""
     for var in ("YARN_CONF_DIR", "STRAM_YARN_APPS_DIR", "STRAM_YARN_APP_PATH", "STRAM_PYTHON_ENV",
-                "STRAM_YARN_PRINCIPAL", "STRAM_YARN_KEYTAB", "STRAM_KEEP_CLASSPATH"):
+                "STRAM_YARN_PRINCIPAL", "STRAM_YARN_KEYTAB", "STRAM_KEEP_CLASSPATH", "KRB5_CONFIG",
+                "KRB5CCNAME", "JAVA_TOOL_OPTIONS"):
         monkeypatch.delenv(var, raising=False)
-    for key, value in minicluster.exports.items():
+    for key, value in cluster.exports.items():
         monkeypatch.setenv(key, value)
-    monkeypatch.setenv("CLASSPATH", minicluster.classpath)
-    monkeypatch.setenv("ARROW_LIBHDFS_DIR", str(minicluster.hadoop_home / "lib" / "native"))
+    monkeypatch.setenv("CLASSPATH", cluster.classpath)
+    monkeypatch.setenv("ARROW_LIBHDFS_DIR", str(cluster.hadoop_home / "lib" / "native"))
     monkeypatch.setenv("SKEIN_CONFIG", str(tmp_path_factory.getbasetemp() / "skein"))
     if "skein.core" in sys.modules:
         # skein reads SKEIN_CONFIG once, at import: a test that imported it earlier left this process
@@ -191,7 +207,7 @@ def on_minicluster(minicluster, monkeypatch, tmp_path_factory) -> MiniCluster:
     # every stram command on YARN starts skein's Java driver: C1 and one GC thread start it
     # about twice as fast on a small, busy machine
     monkeypatch.setenv("SKEIN_DRIVER_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-    return minicluster
+    return cluster
 
 
 # ====================================================================== stram as a user types it

@@ -11,6 +11,7 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.StandardCopyOption;
 import java.util.Map;
+import java.util.Properties;
 import java.util.TreeMap;
 import java.util.Arrays;
 import java.util.concurrent.CountDownLatch;
@@ -20,6 +21,8 @@ import java.util.regex.Pattern;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.hdfs.HdfsConfiguration;
 import org.apache.hadoop.hdfs.MiniDFSCluster;
+import org.apache.hadoop.minikdc.MiniKdc;
+import org.apache.hadoop.security.UserGroupInformation;
 import org.apache.hadoop.yarn.api.records.NodeState;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.apache.hadoop.yarn.server.MiniYARNCluster;
@@ -149,6 +152,12 @@ public final class MiniCluster {
     conf.set("yarn.node-attribute.fs-store.root-dir", new File(workDir, "yarn/node-attributes").toURI().toString());
     // MiniYARNCluster keeps its directories under test.build.data
     System.setProperty("test.build.data", new File(workDir, "yarn").getPath());
+    Map<String, String> kerberos = new TreeMap<>();
+    String kerberosDir = System.getenv("STRAM_MINICLUSTER_KERBEROS");
+    if (kerberosDir != null && !kerberosDir.isEmpty()) {
+      kerberos = secure(conf, new File(kerberosDir).getAbsoluteFile());
+      log("Kerberos: KDC for realm " + kerberos.get("kerberos.realm") + " up after " + seconds(started));
+    }
 
     MiniDFSCluster dfs = new MiniDFSCluster.Builder(conf, new File(workDir, "dfs"))
         .numDataNodes(1).format(true).build();
@@ -195,6 +204,7 @@ public final class MiniCluster {
     File control = new File(workDir, "control");
     control.mkdirs();
     info.put("control.dir", control.getPath());
+    info.putAll(kerberos);
     StringBuilder props = new StringBuilder();
     for (Map.Entry<String, String> e : info.entrySet()) {
       props.append(e.getKey()).append('=').append(e.getValue()).append('\n');
@@ -262,6 +272,69 @@ public final class MiniCluster {
       return done;
     }
     throw new IllegalArgumentException("unknown command: " + String.join(" ", words));
+  }
+
+  /**
+   * Kerberos: a MiniKdc on 127.0.0.1 (realm STRAM.LOCAL), and HDFS and YARN in secure mode.
+   * One service principal, stram/localhost, serves the NameNode, DataNode, ResourceManager and
+   * NodeManager (a JVM has one login user) and maps to this JVM's user, the HDFS superuser;
+   * HTTP/localhost is the NameNode web's SPNEGO principal. The current user gets a principal
+   * of its own name and a keytab. DIR receives krb5.conf (a fixed path the NodeManager's
+   * environment names before the KDC picks its port), cluster.keytab and user.keytab.
+   * DataNodes run without privileged ports or SASL (ignore.secure.ports.for.testing).
+   */
+  private static Map<String, String> secure(Configuration conf, File dir) throws Exception {
+    dir.mkdirs();
+    Properties kdcConf = MiniKdc.createConf();
+    kdcConf.setProperty(MiniKdc.KDC_BIND_ADDRESS, "127.0.0.1");
+    kdcConf.setProperty(MiniKdc.ORG_NAME, "STRAM");
+    kdcConf.setProperty(MiniKdc.ORG_DOMAIN, "LOCAL");
+    MiniKdc kdc = new MiniKdc(kdcConf, new File(dir, "kdc"));
+    kdc.start();
+    String realm = kdc.getRealm();
+    String user = System.getProperty("user.name");
+    File clusterKeytab = new File(dir, "cluster.keytab");
+    File userKeytab = new File(dir, "user.keytab");
+    kdc.createPrincipal(clusterKeytab, "stram/localhost", "HTTP/localhost");
+    kdc.createPrincipal(userKeytab, user);
+    File krb5 = new File(dir, "krb5.conf");
+    Files.copy(kdc.getKrb5conf().toPath(), krb5.toPath(), StandardCopyOption.REPLACE_EXISTING);
+    System.setProperty("java.security.krb5.conf", krb5.getPath());
+    String service = "stram/localhost@" + realm;
+    String keytab = clusterKeytab.getPath();
+    conf.set("hadoop.security.authentication", "kerberos");
+    conf.set("hadoop.security.auth_to_local",
+        "RULE:[2:$1@$0](stram@" + realm + ")s/.*/" + user + "/\nRULE:[1:$1@$0](.*@" + realm + ")s/@.*//\nDEFAULT");
+    conf.set("dfs.namenode.kerberos.principal", service);
+    conf.set("dfs.namenode.keytab.file", keytab);
+    conf.set("dfs.datanode.kerberos.principal", service);
+    conf.set("dfs.datanode.keytab.file", keytab);
+    conf.set("dfs.web.authentication.kerberos.principal", "HTTP/localhost@" + realm);
+    conf.set("dfs.web.authentication.kerberos.keytab", keytab);
+    conf.setBoolean("dfs.block.access.token.enable", true);
+    conf.setBoolean("ignore.secure.ports.for.testing", true);
+    conf.set("yarn.resourcemanager.principal", service);
+    conf.set("yarn.resourcemanager.keytab", keytab);
+    conf.set("yarn.nodemanager.principal", service);
+    conf.set("yarn.nodemanager.keytab", keytab);
+    String lifetime = System.getenv("STRAM_MINICLUSTER_TOKEN_LIFETIME_MS");
+    if (lifetime != null && !lifetime.isEmpty()) {  // delegation tokens die young: renewal tests
+      conf.set("dfs.namenode.delegation.token.max-lifetime", lifetime);
+      conf.set("dfs.namenode.delegation.token.renew-interval", lifetime);
+      conf.set("yarn.resourcemanager.delegation.token.max-lifetime", lifetime);
+      conf.set("yarn.resourcemanager.delegation.token.renew-interval", lifetime);
+    }
+    conf.set(YarnConfiguration.NM_ENV_WHITELIST,
+        conf.get(YarnConfiguration.NM_ENV_WHITELIST) + ",KRB5_CONFIG,JAVA_TOOL_OPTIONS");
+    UserGroupInformation.setConfiguration(conf);
+    UserGroupInformation.loginUserFromKeytab(service, keytab);
+    Map<String, String> info = new TreeMap<>();
+    info.put("kerberos.realm", realm);
+    info.put("kerberos.principal", user + "@" + realm);
+    info.put("kerberos.keytab", userKeytab.getPath());
+    info.put("kerberos.krb5conf", krb5.getPath());
+    info.put("kerberos.kdc", "127.0.0.1:" + kdc.getPort());
+    return info;
   }
 
   private static int freePort() throws IOException {
