@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 
-from container import apppath, fs, logsetup
+from container import apppath, fs, kerberos, logsetup
 from container.secret import read_token_file
 
 
@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(log_dir, exist_ok=True)
     # one copy of each line, in a rotating file; stdout/stderr (master.out) keep what is not logging
     logsetup.configure(os.path.join(log_dir, "master.log"), os.environ.get("STRAM_LOG_LEVEL", "INFO"))
+    kerberos.keep_ticket()
     from appmaster.errors import StramError
     from appmaster.master import AppMaster, install_signal_handlers
     from appmaster.spec import AppSpec

@@ -25,7 +25,8 @@ def main() -> int:
         print(f"error: environment variable {missing} is not set; containers are started "
               f"by the stram master, not by hand", file=sys.stderr)
         return 2
-    from container import apppath, fs
+    from container import apppath, fs, kerberos
+    kerberos.keep_ticket()
     fs.keep_private(app_path)
     where = apppath.credential(app_path, container_id)
     try:  # written by the master before it started this container (HDFS: retried while away)

@@ -135,13 +135,14 @@ def _processes_with_marker(state: pathlib.Path) -> list[str]:
     return found
 
 
-def start_cluster(state: pathlib.Path, *args: str) -> tuple[MiniCluster, dict[str, str]]:
-    """``./scripts/minicluster start ARGS`` with its state in ``state``: (the cluster, the env that
-    stops it); skips (fails with CI=true) when the cluster cannot start here."""
+def start_cluster(state: pathlib.Path, *args: str, **settings: str) -> tuple[MiniCluster, dict[str, str]]:
+    """``./scripts/minicluster start ARGS`` with its state in ``state`` and ``settings`` in its
+    environment: (the cluster, the env that stops it); skips (fails with CI=true) when the cluster
+    cannot start here."""
     if not os.environ.get("JAVA_HOME") and shutil.which("java") is None:
         missing("the mini Hadoop cluster", "Java is not installed (the cluster and skein's driver are JVMs): "
                 "apt-get install openjdk-17-jdk-headless")
-    env = dict(os.environ, STRAM_MINICLUSTER_DIR=str(state))
+    env = dict(os.environ, STRAM_MINICLUSTER_DIR=str(state), **settings)
     for var in ("HADOOP_CONF_DIR", "YARN_CONF_DIR", "CLASSPATH", "HADOOP_HOME"):
         env.pop(var, None)
     started = time.monotonic()

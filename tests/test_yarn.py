@@ -268,7 +268,11 @@ def test_keytab_is_shipped_and_used(tmp_path):
                                 aspec.services["container"].script)):
         assert files["stram.keytab"].source == f"file://{keytab}"
         assert env["STRAM_PRINCIPAL"] == "alice@EXAMPLE.COM"
-        assert 'kinit -kt stram.keytab "$STRAM_PRINCIPAL"' in script.splitlines()
+        lines = script.splitlines()
+        assert 'kinit -kt "$STRAM_KEYTAB" "$STRAM_PRINCIPAL"' in lines
+        assert 'STRAM_KEYTAB="$PWD/stram.keytab"' in lines[lines.index('kinit -kt "$STRAM_KEYTAB" "$STRAM_PRINCIPAL"') - 1]
+        # HDFS with the ticket the process renews, not with delegation tokens that die
+        assert "unset HADOOP_TOKEN_FILE_LOCATION" in lines
     with pytest.raises(StramError, match="keytab .* does not exist"):
         yarn.application_spec(spec, None, principal="a@B", keytab=str(tmp_path / "nope"),
                               staging_dir=str(tmp_path / "t"))

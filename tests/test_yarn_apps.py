@@ -134,6 +134,11 @@ def test_receiver_wal_on_hdfs_survives_killed_containers(on_minicluster, tmp_pat
         assert done.returncode == 0, done.stdout + done.stderr
     except BaseException:
         print(stram("get-app-info", app_id).stdout)
+        print(f"source: {source.connections} connections, {source.acked} lines acknowledged")
+        try:
+            print("receivers:", json.dumps(stram_json("get-app-info", app_id).get("receivers"), indent=1))
+        except Exception as exc:  # noqa: BLE001 - diagnostics only
+            print("no receiver stats:", exc)
         try:  # where is each thread? (a receiver that took nothing after its recovery, seen once)
             for row in stram_json("list-containers", app_id):
                 if row.get("state") == "RUNNING":

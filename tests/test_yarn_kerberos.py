@@ -7,26 +7,40 @@ user; ``stram launch --yarn`` with the principal and keytab
 logs skein's driver in from the keytab, takes an HDFS delegation token, and
 the word count's master and containers (which log in from the shipped keytab
 too) read and write HDFS: the output equals a count made here.
+
+The cluster's delegation tokens live a minute (as if a week had passed): a
+receiver application with its write-ahead log on HDFS runs past that, loses its
+receiver's container after it, and still ends with every acknowledged line
+exactly once. Its processes reach HDFS with tickets they renew from the keytab.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import pathlib
+import signal
 import subprocess
+import time
+from collections import Counter
 
 import pytest
 
 from conftest import read_counts, word_truth
-from hadoop import as_user_of, launch_following, start_cluster, stop_cluster
+from e2ekit import wait_until
+from hadoop import as_user_of, collect_logs, launch_following, start_cluster, stop_cluster, stram
 
 pytestmark = pytest.mark.slow
 
 WORDS = pathlib.Path(__file__).resolve().parent.parent / "specs" / "data" / "words.txt"
+#: How long the cluster's delegation tokens live (HDFS's and YARN's; renewals cannot pass it).
+TOKEN_LIFETIME = 60
 
 
 @pytest.fixture(scope="module")
 def secure_cluster(tmp_path_factory):
-    cluster, env = start_cluster(tmp_path_factory.mktemp("securecluster"), "--secure")
+    cluster, env = start_cluster(tmp_path_factory.mktemp("securecluster"), "--secure",
+                                 STRAM_MINICLUSTER_TOKEN_LIFETIME_MS=str(TOKEN_LIFETIME * 1000))
     try:
         yield cluster
     finally:
@@ -51,3 +65,51 @@ def test_a_word_count_on_a_kerberized_cluster(secure_cluster, monkeypatch, tmp_p
     truth = word_truth(WORDS)
     sums, maxima, _ = read_counts(cluster.get(f"{base}/out", tmp_path / "out"))
     assert sums == truth and maxima == dict(truth)
+
+
+def test_an_application_outlives_its_delegation_tokens(secure_cluster, monkeypatch, tmp_path_factory, tmp_path):
+    from test_receivers_e2e import LineSource, check_socket_output
+    from test_yarn_apps import _receiver_spec, _rx_container
+
+    cluster = as_user_of(secure_cluster, monkeypatch, tmp_path_factory)
+    monkeypatch.setenv("STRAM_KINIT_INTERVAL", "15")  # the nodes' tickets: renewed from the keytab
+    base = cluster.new_dir("renewal")
+    source = LineSource(total=6000, rate=50)  # two minutes of lines: twice the tokens' lifetime
+    spec = _receiver_spec(tmp_path, source.port, f"{cluster.uri(base)}/out")
+    submitted = time.monotonic()
+    proc = stram("launch", "--yarn", "--detach", spec)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    app_id = proc.stdout.strip().splitlines()[-1]
+    try:
+        # past the tokens' lifetime: the receiver's process is lost; the new container is
+        # localized and reads the write-ahead log on HDFS after every token of the launch died
+        wait_until(lambda: time.monotonic() - submitted > TOKEN_LIFETIME + 10 and source.acked > 100,
+                   300, "lines acknowledged after the tokens' lifetime", interval=1)
+        rx = wait_until(lambda: _rx_container(app_id), 120, "the receiver's container", interval=1)
+        acked = source.acked
+        os.kill(int(rx["process"].split("@")[0]), signal.SIGKILL)
+        wait_until(lambda: source.acked > acked + 100, 300, "acknowledgements after the recovery", interval=1)
+        wait_until(lambda: source.acked == source.total, 300, "every line acknowledged", interval=1)
+        assert stram("shutdown-app", app_id).returncode == 0
+        done = stram("wait", app_id, "--timeout", "300")
+        assert done.returncode == 0, done.stdout + done.stderr
+    except BaseException:
+        print(stram("get-app-info", app_id).stdout)
+        print(f"source: {source.connections} connections, {source.acked} lines acknowledged")
+        print("container logs:", collect_logs(cluster, app_id, tmp_path / "logs"))
+        stram("kill-app", app_id)
+        raise
+    finally:
+        source.close()
+    lasted = time.monotonic() - submitted
+    print(f"Kerberos renewal: the application ran {lasted:.0f}s on tokens that live {TOKEN_LIFETIME}s")
+    assert lasted > 2 * TOKEN_LIFETIME
+    assert source.connections >= 2
+    seen: Counter = Counter()
+    for f in sorted(cluster.get(f"{base}/out", tmp_path / "out").rglob("*.jsonl")):
+        seen.update(json.loads(x) for x in f.read_text().splitlines() if x.strip())
+    check_socket_output(source, seen)
+    # the master and the containers renewed their tickets from the keytab while they ran
+    logs = collect_logs(cluster, app_id, tmp_path / "logs")
+    renewed = [p.parent.name for p in logs.rglob("*.log") if "renewed the ticket of" in p.read_text(errors="replace")]
+    assert any(name.endswith("_000001") for name in renewed) and len(renewed) >= 3, renewed

@@ -155,6 +155,8 @@ def application_spec(spec: Any, spec_path: str | None = None, *, python_env: str
     common_env = {"PYTHONUNBUFFERED": "1"}
     if principal and keytab:
         common_env["STRAM_PRINCIPAL"] = principal
+        if os.environ.get("STRAM_KINIT_INTERVAL"):  # how often the nodes renew their tickets
+            common_env["STRAM_KINIT_INTERVAL"] = os.environ["STRAM_KINIT_INTERVAL"]
     master_env = dict(common_env, STRAM_TOKEN_FILE=TOKEN_FILE, STRAM_APP_PATH=app_path, STRAM_LAUNCHER="yarn",
                       STRAM_USER=_hadoop_user(principal))  # the admin API's modify ACL
     preamble = _script_preamble(activate, bool(app_archive), bool(principal and keytab))
@@ -318,9 +320,12 @@ def _script_preamble(activate: str, app_archive: bool, kinit: bool) -> str:
         'export STRAM_HOST="${STRAM_HOST:-${NM_HOST:-$(hostname -f)}}"',
     ]
     if kinit:
-        lines += ["# Kerberos: a ticket from the shipped keytab, private to this container",
-                  'export KRB5CCNAME="FILE:$PWD/krb5cc_stram"',
-                  'kinit -kt stram.keytab "$STRAM_PRINCIPAL"']
+        lines += ["# Kerberos: a ticket from the shipped keytab, private to this container, which the",
+                  "# process renews from the keytab; HDFS sees the ticket, not YARN's delegation tokens",
+                  "# (they die at their maximum lifetime, the application need not)",
+                  'export KRB5CCNAME="FILE:$PWD/krb5cc_stram" STRAM_KEYTAB="$PWD/stram.keytab"',
+                  'kinit -kt "$STRAM_KEYTAB" "$STRAM_PRINCIPAL"',
+                  "unset HADOOP_TOKEN_FILE_LOCATION"]
     return "\n".join(lines)
 
 

@@ -317,6 +317,12 @@ public final class MiniCluster {
     conf.set("yarn.resourcemanager.keytab", keytab);
     conf.set("yarn.nodemanager.principal", service);
     conf.set("yarn.nodemanager.keytab", keytab);
+    // The ResourceManager replaces an application's HDFS tokens at their maximum lifetime (as a
+    // long-running service's cluster is set up), so NodeManagers can still localize new
+    // containers; it fetches them as a proxy user for the application's user.
+    conf.setBoolean(YarnConfiguration.RM_PROXY_USER_PRIVILEGES_ENABLED, true);
+    conf.set("hadoop.proxyuser." + user + ".hosts", "*");
+    conf.set("hadoop.proxyuser." + user + ".groups", "*");
     String lifetime = System.getenv("STRAM_MINICLUSTER_TOKEN_LIFETIME_MS");
     if (lifetime != null && !lifetime.isEmpty()) {  // delegation tokens die young: renewal tests
       conf.set("dfs.namenode.delegation.token.max-lifetime", lifetime);
