@@ -1,7 +1,7 @@
 """The word count on stram beside its peers, on the same machine (run on demand).
 
-    python bench/bench_peers.py --setup            # once: Bytewax and PySpark in their own venvs
-    python bench/bench_peers.py [--repeat 20] [--runs 3] [--systems loop,one,split,bytewax,spark]
+    python bench/bench_peers.py --setup            # once: Bytewax, PySpark and PyFlink in their own venvs
+    python bench/bench_peers.py [--repeat 20] [--runs 3] [--systems loop,one,split,bytewax,spark,flink]
 
 The word count of issue 18: ``[a-z0-9]+`` in the lower-cased text of
 ``specs/data/moby-dick.txt`` repeated ``--repeat`` times (×20 ≈ 24 MB, 4.3M
@@ -13,7 +13,11 @@ words), run by
 * ``bytewax``: Bytewax (``flat_map`` then ``count_final``), one worker;
 * ``spark``: PySpark Structured Streaming (``readStream.text``, native
   ``regexp_extract_all``, ``groupBy().count()``, ``availableNow``);
-* ``pyflink`` is not run: add it when a PyFlink venv is at hand.
+* ``flink``: Flink SQL through PyFlink 2.x, JVM operators only (the
+  ``filesystem`` connector's ``raw`` lines, ``REGEXP_EXTRACT_ALL`` unnested,
+  ``GROUP BY``), parallelism 2, in batch execution: in streaming mode Flink
+  sends every count's every update to the client, which is the test of the
+  client, not of Flink.
 
 Every system's counts are checked exact against a direct count; runs are
 interleaved (each round runs every system once) and the medians of the whole
@@ -22,9 +26,9 @@ stram in one container. The peers are not stram dependencies: ``--setup``
 installs each into its own virtual environment under ``--venvs``; a system
 whose venv is missing is skipped, saying so.
 
-The loop and stram rows share bench_wordcount's code. Bytewax 0.21 and
-PySpark (the newest 3.5–4.x from PyPI) run from their own venvs; every output
-is checked exact. Flink is not run (no PyFlink venv here).
+The loop and stram rows share bench_wordcount's code. Bytewax 0.21, PySpark
+(the newest 3.5–4.x from PyPI) and PyFlink (2.x: ``REGEXP_EXTRACT_ALL`` came in
+2.0; about 850 MB) run from their own venvs; every output is checked exact.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ import bench_wordcount as wc  # noqa: E402
 #: Where --setup puts the peers' virtual environments.
 VENVS = pathlib.Path(os.environ.get("STRAM_BENCH_VENVS", pathlib.Path.home() / ".cache" / "stram-bench" / "venvs"))
 #: pip requirement per peer.
-PEERS = {"bytewax": "bytewax>=0.21,<0.22", "spark": "pyspark>=3.5,<5"}
+PEERS = {"bytewax": "bytewax>=0.21,<0.22", "spark": "pyspark>=3.5,<5", "flink": "apache-flink>=2.0,<3"}
 
 BYTEWAX = r"""
 import json, re, sys
@@ -81,6 +85,27 @@ json.dump({r["word"]: r["count"] for r in spark.sql("SELECT * FROM counts").coll
 spark.stop()
 """
 
+FLINK = r"""
+import json, sys
+from pyflink.common.types import RowKind
+from pyflink.table import EnvironmentSettings, TableEnvironment
+env = TableEnvironment.create(EnvironmentSettings.in_batch_mode())
+env.get_config().set("parallelism.default", "2")
+path = sys.argv[1].replace("'", "''")
+env.execute_sql(f"CREATE TABLE lines (line STRING) WITH "
+                f"('connector' = 'filesystem', 'path' = '{path}', 'format' = 'raw')")
+counts = env.sql_query("SELECT word, COUNT(*) FROM lines CROSS JOIN "
+                       "UNNEST(REGEXP_EXTRACT_ALL(LOWER(line), '[a-z0-9]+', 0)) AS t (word) GROUP BY word")
+final = {}
+with counts.execute().collect() as rows:
+    for row in rows:
+        if row.get_row_kind() in (RowKind.INSERT, RowKind.UPDATE_AFTER):
+            final[row[0]] = row[1]
+        else:
+            final.pop(row[0], None)
+json.dump(final, open(sys.argv[2], "w"))
+"""
+
 
 def venv_python(name: str) -> pathlib.Path:
     return VENVS / name / "bin" / "python"
@@ -99,9 +124,10 @@ def setup(names: list[str]) -> None:
 def run_peer(name: str, text: str, want: Counter) -> tuple[float, int]:
     """One run of a peer's program; (wall seconds, peak RSS of its process tree)."""
     out = tempfile.mktemp(prefix=f"stram-bench-{name}-", suffix=".json")
-    code = {"bytewax": BYTEWAX, "spark": SPARK}[name]
+    code = {"bytewax": BYTEWAX, "spark": SPARK, "flink": FLINK}[name]
     started = time.perf_counter()
-    proc = psutil.Popen([str(venv_python(name)), "-c", code, text, out],
+    # isolated (-I), elsewhere: this checkout's packages (its ``proto``) must not shadow the peer's
+    proc = psutil.Popen([str(venv_python(name)), "-I", "-c", code, text, out], cwd=tempfile.gettempdir(),
                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     peak = 0
     while proc.poll() is None:
@@ -127,7 +153,7 @@ def main() -> None:
     parser.add_argument("--setup", action="store_true", help="install the peers into their own venvs and exit")
     parser.add_argument("--repeat", type=int, default=20, help="copies of Moby-Dick in the input")
     parser.add_argument("--runs", type=int, default=3, help="interleaved rounds (medians printed)")
-    parser.add_argument("--systems", default="loop,one,split,bytewax,spark")
+    parser.add_argument("--systems", default="loop,one,split,bytewax,spark,flink")
     args = parser.parse_args()
     systems = [s for s in args.systems.split(",") if s]
     if args.setup:
@@ -155,7 +181,8 @@ def main() -> None:
             else:
                 results[s].append(run_peer(s, text, want))
     names = {"loop": "plain Python loop", "one": "stram, one container", "split": "stram, split/count x2",
-             "bytewax": "Bytewax, 1 worker", "spark": "Spark Structured Streaming"}
+             "bytewax": "Bytewax, 1 worker", "spark": "Spark Structured Streaming",
+             "flink": "Flink SQL (batch, 2 slots)"}
     ref = statistics.median(t for t, _ in results["one"]) if "one" in results else None
     print(f"{'system':<30} {'wall s':>8} {'runs':>22} {'vs stram one':>13} {'peak MB':>8}")
     for s in systems:
