@@ -104,6 +104,11 @@ def test_an_application_outlives_its_delegation_tokens(secure_cluster, monkeypat
     finally:
         source.close()
     lasted = time.monotonic() - submitted
+    # Skein's staging directory (with the keytab) is gone: the master deleted it with its ticket,
+    # where Skein's own attempt with the launch's dead token fails
+    user = cluster.exports["STRAM_YARN_PRINCIPAL"].split("@")[0]
+    wait_until(lambda: app_id not in cluster.hdfs("-ls", f"/user/{user}/.skein", check=False), 90,
+               f"/user/{user}/.skein/{app_id} deleted", interval=2)
     print(f"Kerberos renewal: the application ran {lasted:.0f}s on tokens that live {TOKEN_LIFETIME}s")
     assert lasted > 2 * TOKEN_LIFETIME
     assert source.connections >= 2

@@ -304,7 +304,32 @@ class YarnLauncher(Launcher):
             return
         self._shutdown_sent = True
         status, diagnostics = self._final
+        remove_staging()
         try:
             self.app_client.shutdown(status, diagnostics)
         except Exception as exc:  # noqa: BLE001
             log.warning("could not report %s to YARN: %s", status, exc)
+
+
+def remove_staging() -> None:
+    """With a keytab, delete Skein's staging directory of this application before Skein tries.
+
+    The directory holds what the driver uploaded, the keytab among it. Skein's
+    master deletes it at the end with the launch's HDFS delegation token, which
+    an application that ran past the token's maximum lifetime no longer has
+    (Skein then logs ``InvalidToken`` and leaves the keytab behind). This
+    process has a Kerberos ticket of its own. Only a directory that is Skein's
+    (it has ``.skein.proto``) under ``/user/<user>/.skein/<application id>`` on
+    the default file system is deleted.
+    """
+    app_id, user = os.environ.get("SKEIN_APPLICATION_ID"), os.environ.get("STRAM_USER")
+    if not os.environ.get("STRAM_PRINCIPAL") or not app_id or not user:
+        return
+    from container import fs
+    staging = f"hdfs:///user/{user}/.skein/{app_id}"
+    try:
+        if fs.exists(fs.join(staging, ".skein.proto")):
+            fs.delete(staging)
+            log.info("deleted Skein's staging directory %s (it held the keytab)", staging)
+    except Exception as exc:  # noqa: BLE001 - Skein tries too; never in the way of the final report
+        log.warning("could not delete Skein's staging directory %s: %s", staging, exc)
