@@ -16,6 +16,7 @@ import pytest
 from appmaster import apps as stram_apps
 from conftest import ROOT, read_counts, word_truth
 from container import agent as agent_mod
+from scripts import cli
 from e2ekit import kill_container_of, launch_detached, running_operators, wait_final, wait_until
 
 MOBY = ROOT / "specs" / "data" / "moby-dick.txt"
@@ -36,7 +37,10 @@ def test_agent_says_why_it_cannot_find_its_master(tmp_path, caplog):
 @pytest.mark.slow
 def test_deleted_heartbeat_uri_is_rewritten_and_a_replacement_container_finds_the_master(tmp_path):
     out = tmp_path / "out"
+    # the reader idles at the end of its file: containers that start late on a loaded machine
+    # catch up on the windows they missed, and the run must not end before the kill
     app_id = launch_detached("specs/wordcount.yaml", *FAST, "-D", f"operators.reader.path={MOBY}",
+                             "-D", "operators.reader.class=tests.e2e_ops:LinesThenIdle",
                              "-D", "operators.reader.lines_per_window=150", "-D", f"operators.out.path={out}")
     wait_until(lambda: running_operators(app_id) == 4, what="all operators running")
     app_path = stram_apps.find_app(app_id)["app_path"]
@@ -47,9 +51,11 @@ def test_deleted_heartbeat_uri_is_rewritten_and_a_replacement_container_finds_th
     os.remove(admin_json)
     wait_until(lambda: os.path.exists(uri) and os.path.exists(admin_json), timeout=10,
                what="the master to rewrite heartbeatUri and admin.json")
+    truth = word_truth(MOBY)
+    wait_until(lambda: read_counts(out)[0] == truth, timeout=180, interval=1.0, what="the whole output")
+    assert cli.main(["shutdown-app", app_id]) == 0
     app = wait_final(app_id, timeout=180)
     assert app["state"] == "SUCCEEDED", app
-    truth = word_truth(MOBY)
     sums, maxima, _ = read_counts(out)
     assert sums == truth and maxima == dict(truth)
     master_log = open(os.path.join(app_path, "logs", "master.log")).read()

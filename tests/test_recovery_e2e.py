@@ -29,6 +29,9 @@ def test_master_killed_and_new_attempt_finishes(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "scripts.cli", "launch", "specs/wordcount.yaml", *FAST,
          "-D", f"operators.reader.path={MOBY}", "-D", "operators.reader.lines_per_window=150",
+         # idle at the end of the file: late containers catch up on missed windows, and the run
+         # must not end before the kill
+         "-D", "operators.reader.class=tests.e2e_ops:LinesThenIdle",
          "-D", "operators.count.partitions=2", "-D", f"operators.out.path={out}"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -38,6 +41,11 @@ def test_master_killed_and_new_attempt_finishes(tmp_path):
         app = stram_apps.find_app(app_id)
         admin = json.loads(open(os.path.join(app["app_path"], "admin.json")).read())
         os.kill(admin["pid"], signal.SIGKILL)
+        wait_until(lambda: read_counts(out)[0] == word_truth(MOBY), timeout=180, interval=1.0,
+                   what="the whole output")
+        # through the master's next attempt (it may still be starting)
+        wait_until(lambda: cli.main(["shutdown-app", app_id]) == 0, timeout=120, interval=1.0,
+                   what="shutdown-app accepted")
         _, err = proc.communicate(timeout=240)
     finally:
         if proc.poll() is None:
@@ -81,16 +89,21 @@ def test_buffers_purged_and_old_checkpoints_deleted(tmp_path):
 
 
 def test_kill_container_command_recovers(tmp_path, capsys):
+    """The reader idles at the end of its file (LinesThenIdle): containers that start late on a
+    loaded machine catch up on the windows they missed, and the run must not end before the kill."""
     out = tmp_path / "out"
     app_id = launch_detached("specs/wordcount.yaml", *FAST, "-D", f"operators.reader.path={MOBY}",
+                             "-D", "operators.reader.class=tests.e2e_ops:LinesThenIdle",
                              "-D", "operators.reader.lines_per_window=300", "-D", f"operators.out.path={out}")
     wait_until(lambda: running_operators(app_id) == 4, what="all operators running")
     victim = next(r["id"] for r in stram_client.admin(stram_apps.find_app(app_id), "containers")["containers"]
                   if "count" in r["operators"])
     assert cli.main(["kill-container", app_id, victim]) == 0
+    truth = word_truth(MOBY)
+    wait_until(lambda: read_counts(out)[0] == truth, timeout=180, interval=1.0, what="the whole output")
+    assert cli.main(["shutdown-app", app_id]) == 0
     assert cli.main(["wait", app_id, "--timeout", "180"]) == 0
     capsys.readouterr()
-    truth = word_truth(MOBY)
     sums, maxima, _ = read_counts(out)
     assert sums == truth and maxima == dict(truth)
     status = json.loads(open(os.path.join(stram_apps.find_app(app_id)["app_path"], "status.json")).read())
