@@ -100,7 +100,11 @@ def _receiver_spec(tmp_path, port: int, out: str) -> str:
 
 
 def _rx_container(app_id: str) -> dict | None:
-    rows = stram_json("list-containers", app_id)
+    """The receiver's RUNNING container, or None (also while the application is still ACCEPTED)."""
+    proc = stram("list-containers", app_id, "--json", timeout=120)
+    if proc.returncode != 0:
+        return None
+    rows = json.loads(proc.stdout)
     return next((r for r in rows if "rx" in r["operators"] and r["state"] == "RUNNING" and r.get("process")), None)
 
 
@@ -120,7 +124,7 @@ def test_receiver_wal_on_hdfs_survives_killed_containers(on_minicluster, tmp_pat
         for threshold in (500, 1500):
             # found first: a stram command on YARN takes seconds, in which the source could
             # send its last line; the kill is then on time, mid-stream
-            rx = wait_until(lambda: _rx_container(app_id), 120, "the receiver's container", interval=1)
+            rx = wait_until(lambda: _rx_container(app_id), 300, "the receiver's container", interval=1)
             wait_until(lambda: source.acked >= threshold, 300, f"{threshold} lines acknowledged", interval=0.2)
             acked = source.acked
             os.kill(int(rx["process"].split("@")[0]), signal.SIGKILL)  # the node loses the process
