@@ -289,8 +289,10 @@ def hdfs_retry(func: Callable[..., T]) -> Callable[..., T]:
                                                      f"after {waited:.0f}s and {tries} retries: {exc}") from exc
                 if now - logged >= _LOG_EVERY:
                     logged = now
-                    log.warning("HDFS NameNode %s unavailable (%s); retrying %s %s for up to %.0fs",
-                                key, exc, func.__name__, uri, limit - waited)
+                    log.warning("HDFS NameNode %s unavailable (%s); retrying %s %s for up to %.0fs%s",
+                                key, exc, func.__name__, uri, limit - waited,
+                                " (libhdfs printed the Java exception, an expired token say, to stderr)"
+                                if exc.errno == _EINTERNAL else "")
                 tries += 1
                 time.sleep(min(delay, max(0.0, limit - waited)))
                 delay = min(delay * 2, _MAX_DELAY)
