@@ -26,6 +26,7 @@ FAST = ["-D", "STREAMING_WINDOW_SIZE_MILLIS=100", "-D", "HEARTBEAT_INTERVAL_MILL
 
 def test_master_killed_and_new_attempt_finishes(tmp_path):
     out = tmp_path / "out"
+    truth = word_truth(MOBY)
     proc = subprocess.Popen(
         [sys.executable, "-m", "scripts.cli", "launch", "specs/wordcount.yaml", *FAST,
          "-D", f"operators.reader.path={MOBY}", "-D", "operators.reader.lines_per_window=150",
@@ -41,8 +42,7 @@ def test_master_killed_and_new_attempt_finishes(tmp_path):
         app = stram_apps.find_app(app_id)
         admin = json.loads(open(os.path.join(app["app_path"], "admin.json")).read())
         os.kill(admin["pid"], signal.SIGKILL)
-        wait_until(lambda: read_counts(out)[0] == word_truth(MOBY), timeout=180, interval=1.0,
-                   what="the whole output")
+        wait_until(lambda: read_counts(out)[0] == truth, timeout=180, interval=1.0, what="the whole output")
         # through the master's next attempt (it may still be starting)
         wait_until(lambda: cli.main(["shutdown-app", app_id]) == 0, timeout=120, interval=1.0,
                    what="shutdown-app accepted")
@@ -54,7 +54,6 @@ def test_master_killed_and_new_attempt_finishes(tmp_path):
     assert "starting attempt 2" in err
     master_log = open(os.path.join(stram_apps.find_app(app_id)["app_path"], "logs", "master.log")).read()
     assert "master attempt 2 resumed from the journal" in master_log
-    truth = word_truth(MOBY)
     sums, maxima, _ = read_counts(out)
     assert sums == truth and maxima == dict(truth)
 

@@ -108,6 +108,49 @@ def _rx_container(app_id: str) -> dict | None:
     return next((r for r in rows if "rx" in r["operators"] and r["state"] == "RUNNING" and r.get("process")), None)
 
 
+def _launch_detached(spec: str) -> str:
+    """``stram launch --yarn --detach SPEC``; the application id."""
+    proc = stram("launch", "--yarn", "--detach", spec)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def _kill_receiver(app_id: str, source, rx: dict) -> None:
+    """SIGKILL the receiver's container process ``rx`` (the node loses it) mid-stream, and wait
+    until its replacement acknowledges lines again."""
+    acked = source.acked
+    os.kill(int(rx["process"].split("@")[0]), signal.SIGKILL)
+    assert acked < source.total, "the source was done before the kill"
+    wait_until(lambda: source.acked >= min(acked + 100, source.total), 300,
+               "acknowledgements after the recovery", interval=1)
+
+
+def _report_receiver_app(cluster, app_id: str, source, tmp_path) -> None:
+    """What a failed receiver test prints: the app, the source, the receivers, every thread, the logs."""
+    print(stram("get-app-info", app_id).stdout)
+    print(f"source: {source.connections} connections, {source.acked} lines acknowledged")
+    try:
+        print("receivers:", json.dumps(stram_json("get-app-info", app_id).get("receivers"), indent=1))
+    except Exception as exc:  # noqa: BLE001 - diagnostics only
+        print("no receiver stats:", exc)
+    try:  # where is each thread? (a receiver that took nothing after its recovery, seen once)
+        for row in stram_json("list-containers", app_id):
+            if row.get("state") == "RUNNING":
+                print(f"stack of {row['id']} ({row.get('operators')}):", stram("stack", app_id, row["id"]).stdout)
+    except Exception as exc:  # noqa: BLE001 - diagnostics only
+        print("no stacks:", exc)
+    print("container logs:", collect_logs(cluster, app_id, tmp_path / "logs"))
+    stram("kill-app", app_id)
+
+
+def _lines_out(local) -> Counter:
+    """Every line a JsonLinesOutput wrote (its files copied to the directory ``local``), with how often."""
+    seen: Counter = Counter()
+    for f in sorted(local.rglob("*.jsonl")):
+        seen.update(json.loads(x) for x in f.read_text().splitlines() if x.strip())
+    return seen
+
+
 def test_receiver_wal_on_hdfs_survives_killed_containers(on_minicluster, tmp_path):
     from test_receivers_e2e import LineSource, check_socket_output
 
@@ -116,9 +159,7 @@ def test_receiver_wal_on_hdfs_survives_killed_containers(on_minicluster, tmp_pat
     source = LineSource(total=3000, rate=150)
     spec = _receiver_spec(tmp_path, source.port, f"{cluster.uri(base)}/out")
     started = time.monotonic()
-    proc = stram("launch", "--yarn", "--detach", spec)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    app_id = proc.stdout.strip().splitlines()[-1]
+    app_id = _launch_detached(spec)
     try:
         killed = []
         for threshold in (500, 1500):
@@ -126,12 +167,8 @@ def test_receiver_wal_on_hdfs_survives_killed_containers(on_minicluster, tmp_pat
             # send its last line; the kill is then on time, mid-stream
             rx = wait_until(lambda: _rx_container(app_id), 300, "the receiver's container", interval=1)
             wait_until(lambda: source.acked >= threshold, 300, f"{threshold} lines acknowledged", interval=0.2)
-            acked = source.acked
-            os.kill(int(rx["process"].split("@")[0]), signal.SIGKILL)  # the node loses the process
+            _kill_receiver(app_id, source, rx)
             killed.append(rx["id"])
-            assert acked < source.total, "the source was done before the kill"
-            wait_until(lambda: source.acked >= min(acked + 100, source.total), 300,
-                       "acknowledgements after the recovery", interval=1)
         wait_until(lambda: source.acked == source.total, 300, "every line acknowledged", interval=1)
         info = stram_json("get-app-info", app_id)
         assert info["receivers"]["rx"]["wal"] is True
@@ -141,20 +178,7 @@ def test_receiver_wal_on_hdfs_survives_killed_containers(on_minicluster, tmp_pat
         done = stram("wait", app_id, "--timeout", "300")
         assert done.returncode == 0, done.stdout + done.stderr
     except BaseException:
-        print(stram("get-app-info", app_id).stdout)
-        print(f"source: {source.connections} connections, {source.acked} lines acknowledged")
-        try:
-            print("receivers:", json.dumps(stram_json("get-app-info", app_id).get("receivers"), indent=1))
-        except Exception as exc:  # noqa: BLE001 - diagnostics only
-            print("no receiver stats:", exc)
-        try:  # where is each thread? (a receiver that took nothing after its recovery, seen once)
-            for row in stram_json("list-containers", app_id):
-                if row.get("state") == "RUNNING":
-                    print(f"stack of {row['id']} ({row.get('operators')}):", stram("stack", app_id, row["id"]).stdout)
-        except Exception as exc:  # noqa: BLE001 - diagnostics only
-            print("no stacks:", exc)
-        print("container logs:", collect_logs(cluster, app_id, tmp_path / "logs"))
-        stram("kill-app", app_id)
+        _report_receiver_app(cluster, app_id, source, tmp_path)
         raise
     finally:
         source.close()
@@ -162,8 +186,5 @@ def test_receiver_wal_on_hdfs_survives_killed_containers(on_minicluster, tmp_pat
           f"launch to SUCCEEDED in {time.monotonic() - started:.1f}s")
     assert len(set(killed)) == 2 and source.connections >= 3
     local = cluster.get(f"{base}/out", tmp_path / "out")
-    seen: Counter = Counter()
-    for f in sorted(local.rglob("*.jsonl")):
-        seen.update(json.loads(x) for x in f.read_text().splitlines() if x.strip())
-    check_socket_output(source, seen)
+    check_socket_output(source, _lines_out(local))
     assert not [p for p in local.rglob("*") if p.is_file() and not p.name.endswith((".jsonl", ".crc"))]

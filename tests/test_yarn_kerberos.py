@@ -16,13 +16,9 @@ exactly once. Its processes reach HDFS with tickets they renew from the keytab.
 
 from __future__ import annotations
 
-import json
-import os
 import pathlib
-import signal
 import subprocess
 import time
-from collections import Counter
 
 import pytest
 
@@ -69,7 +65,8 @@ def test_a_word_count_on_a_kerberized_cluster(secure_cluster, monkeypatch, tmp_p
 
 def test_an_application_outlives_its_delegation_tokens(secure_cluster, monkeypatch, tmp_path_factory, tmp_path):
     from test_receivers_e2e import LineSource, check_socket_output
-    from test_yarn_apps import _receiver_spec, _rx_container
+    from test_yarn_apps import (_kill_receiver, _launch_detached, _lines_out, _receiver_spec,
+                                _report_receiver_app, _rx_container)
 
     cluster = as_user_of(secure_cluster, monkeypatch, tmp_path_factory)
     monkeypatch.setenv("STRAM_KINIT_INTERVAL", "15")  # the nodes' tickets: renewed from the keytab
@@ -77,29 +74,20 @@ def test_an_application_outlives_its_delegation_tokens(secure_cluster, monkeypat
     source = LineSource(total=6000, rate=50)  # two minutes of lines: twice the tokens' lifetime
     spec = _receiver_spec(tmp_path, source.port, f"{cluster.uri(base)}/out")
     submitted = time.monotonic()
-    proc = stram("launch", "--yarn", "--detach", spec)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    app_id = proc.stdout.strip().splitlines()[-1]
+    app_id = _launch_detached(spec)
     try:
         # past the tokens' lifetime: the receiver's process is lost; the new container is
         # localized and reads the write-ahead log on HDFS after every token of the launch died
         wait_until(lambda: time.monotonic() - submitted > TOKEN_LIFETIME + 10 and source.acked > 100,
                    300, "lines acknowledged after the tokens' lifetime", interval=1)
-        rx = wait_until(lambda: _rx_container(app_id), 120, "the receiver's container", interval=1)
-        acked = source.acked
-        os.kill(int(rx["process"].split("@")[0]), signal.SIGKILL)
-        assert acked < source.total, "the source was done before the kill"
-        wait_until(lambda: source.acked >= min(acked + 100, source.total), 300,
-                   "acknowledgements after the recovery", interval=1)
+        _kill_receiver(app_id, source, wait_until(lambda: _rx_container(app_id), 120, "the receiver's container",
+                                                  interval=1))
         wait_until(lambda: source.acked == source.total, 300, "every line acknowledged", interval=1)
         assert stram("shutdown-app", app_id).returncode == 0
         done = stram("wait", app_id, "--timeout", "300")
         assert done.returncode == 0, done.stdout + done.stderr
     except BaseException:
-        print(stram("get-app-info", app_id).stdout)
-        print(f"source: {source.connections} connections, {source.acked} lines acknowledged")
-        print("container logs:", collect_logs(cluster, app_id, tmp_path / "logs"))
-        stram("kill-app", app_id)
+        _report_receiver_app(cluster, app_id, source, tmp_path)
         raise
     finally:
         source.close()
@@ -112,10 +100,7 @@ def test_an_application_outlives_its_delegation_tokens(secure_cluster, monkeypat
     print(f"Kerberos renewal: the application ran {lasted:.0f}s on tokens that live {TOKEN_LIFETIME}s")
     assert lasted > 2 * TOKEN_LIFETIME
     assert source.connections >= 2
-    seen: Counter = Counter()
-    for f in sorted(cluster.get(f"{base}/out", tmp_path / "out").rglob("*.jsonl")):
-        seen.update(json.loads(x) for x in f.read_text().splitlines() if x.strip())
-    check_socket_output(source, seen)
+    check_socket_output(source, _lines_out(cluster.get(f"{base}/out", tmp_path / "out")))
     # the master and the containers renewed their tickets from the keytab while they ran
     logs = collect_logs(cluster, app_id, tmp_path / "logs")
     renewed = [p.parent.name for p in logs.rglob("*.log") if "renewed the ticket of" in p.read_text(errors="replace")]
