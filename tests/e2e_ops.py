@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 from container.operator import (FatalError, InputOperator, InputPort, Operator, OutputPort,
@@ -34,7 +35,8 @@ class KeyedSource(InputOperator):
     """Partitioned source: partition p emits ``p<p>-<n % keys>`` for n < its limit.
 
     Partition ``stop_partition`` ends (ShutdownException) after ``stop_total``
-    tuples; the others after ``total``. Its state is the count emitted, so a
+    tuples; the others after ``total``, and, when ``release_file`` is set, only once
+    that file exists (they idle until then). Its state is the count emitted, so a
     restart from a checkpoint continues exactly.
     """
 
@@ -44,6 +46,7 @@ class KeyedSource(InputOperator):
     stop_partition: int = -1
     stop_total: int = 300
     keys: int = 7
+    release_file: str = ""
     transient = ("_part", "_left", "_limit")
 
     def __init__(self) -> None:
@@ -61,6 +64,9 @@ class KeyedSource(InputOperator):
 
     def emit_tuples(self) -> None:
         if self.emitted >= self._limit:
+            if self.release_file and self._part != self.stop_partition and not os.path.exists(self.release_file):
+                time.sleep(0.01)  # held: idle windows until the test releases it
+                return
             raise ShutdownException(f"partition {self._part} done after {self.emitted} tuples")
         n = min(self._left, self._limit - self.emitted)
         for i in range(n):

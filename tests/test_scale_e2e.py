@@ -43,9 +43,13 @@ def _scale(app_id: str, n: int, capsys, timeout: float = 30.0) -> dict:
 
 
 def test_scale_wordcount_while_it_runs(tmp_path, capsys):
+    """The reader idles at the end of its file (LinesThenIdle): containers that start late on a
+    loaded machine catch up on the windows they missed, and the run must not end before the
+    second scale (loop round 21: it had SUCCEEDED when scaled down)."""
     from appmaster import apps as stram_apps
     out = tmp_path / "out"
     app_id = launch_detached("specs/wordcount.yaml", *FAST, "-D", f"operators.reader.path={MOBY}",
+                             "-D", "operators.reader.class=tests.e2e_ops:LinesThenIdle",
                              "-D", "operators.reader.lines_per_window=60", "-D", "PROCESSING_MODE=EXACTLY_ONCE",
                              "-D", "operators.count.partitions=3", "-D", f"operators.out.path={out}")
     wait_until(lambda: _count_partitions(app_id, capsys) == (3, True), what="3 count partitions running")
@@ -62,8 +66,10 @@ def test_scale_wordcount_while_it_runs(tmp_path, capsys):
     events = [e["text"] for e in json.loads(capsys.readouterr().out)["events"] if e["kind"] == "scale"]
     assert any("count: 3 → 5 partitions" in t for t in events) and any("count: 5 → 2" in t for t in events)
     wait_until(lambda: _count_partitions(app_id, capsys) == (2, True), what="2 count partitions running")
-    assert cli.main(["wait", app_id, "--timeout", "120"]) == 0
     truth = word_truth(MOBY)
+    wait_until(lambda: read_counts(out)[0] == truth, timeout=180, interval=1.0, what="the whole output")
+    assert cli.main(["shutdown-app", app_id]) == 0
+    assert cli.main(["wait", app_id, "--timeout", "120"]) == 0
     sums, maxima, _ = read_counts(out)
     assert sums == truth
     assert maxima == dict(truth)
