@@ -63,7 +63,7 @@ def start(app_id: str, app_dir: str, env: dict[str, str], cwd: str, max_attempts
         doc = _process_id(proc.pid)
     except psutil.Error:
         doc = {"pid": proc.pid, "started": 0.0}
-    fs.write_atomic(os.path.join(app_dir, apppath.SUPERVISOR), json.dumps(doc).encode())
+    fs.write_local_atomic(os.path.join(app_dir, apppath.SUPERVISOR), json.dumps(doc).encode())
     return proc
 
 
@@ -140,7 +140,7 @@ class Supervisor:
                       finished_millis=int(time.time() * 1000))
         status.setdefault("name", "")
         try:  # on a full disk: in place
-            fs.write_status_file(os.path.join(self.app_dir, apppath.STATUS), json.dumps(status).encode())
+            fs.write_status_file(os.path.join(self.app_dir, apppath.STATUS), json.dumps(status).encode(), local=True)
         except OSError as exc:
             _say(f"could not write status.json: {exc}")
         _say(f"{self.app_id} {state}: {diagnostics}")

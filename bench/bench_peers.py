@@ -21,7 +21,8 @@ words), run by
 
 Every system's counts are checked exact against a direct count; runs are
 interleaved (each round runs every system once) and the medians of the whole
-process time (start-up included) and peak RSS are printed with the ratio to
+process time (start-up included) and the peaks of the process tree's summed RSS
+and PSS (shared pages shared out: bench_wordcount) are printed with the ratio to
 stram in one container. The peers are not stram dependencies: ``--setup``
 installs each into its own virtual environment under ``--venvs``; a system
 whose venv is missing is skipped, saying so.
@@ -121,19 +122,19 @@ def setup(names: list[str]) -> None:
         print(f"{name}: installed {PEERS[name]} into {VENVS / name}")
 
 
-def run_peer(name: str, text: str, want: Counter) -> tuple[float, int]:
-    """One run of a peer's program; (wall seconds, peak RSS of its process tree)."""
+def run_peer(name: str, text: str, want: Counter) -> tuple[float, int, int]:
+    """One run of a peer's program; (wall seconds, peaks of its process tree's summed RSS and PSS)."""
     out = tempfile.mktemp(prefix=f"stram-bench-{name}-", suffix=".json")
     code = {"bytewax": BYTEWAX, "spark": SPARK, "flink": FLINK}[name]
     started = time.perf_counter()
     # isolated (-I), elsewhere: this checkout's packages (its ``proto``) must not shadow the peer's
     proc = psutil.Popen([str(venv_python(name)), "-I", "-c", code, text, out], cwd=tempfile.gettempdir(),
                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    peak = 0
+    peak = [0, 0]
     while proc.poll() is None:
         try:
-            tree = [proc] + proc.children(recursive=True)
-            peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+            rss, pss = wc.memory([proc] + proc.children(recursive=True))
+            peak = [max(peak[0], rss), max(peak[1], pss)]
         except psutil.Error:
             pass
         time.sleep(0.05)
@@ -145,7 +146,7 @@ def run_peer(name: str, text: str, want: Counter) -> tuple[float, int]:
     os.unlink(out)
     if got != want:
         raise RuntimeError(f"{name}: wrong counts ({sum(got.values())} words, want {sum(want.values())})")
-    return took, peak
+    return took, peak[0], peak[1]
 
 
 def main() -> None:
@@ -183,14 +184,14 @@ def main() -> None:
     names = {"loop": "plain Python loop", "one": "stram, one container", "split": "stram, split/count x2",
              "bytewax": "Bytewax, 1 worker", "spark": "Spark Structured Streaming",
              "flink": "Flink SQL (batch, 2 slots)"}
-    ref = statistics.median(t for t, _ in results["one"]) if "one" in results else None
-    print(f"{'system':<30} {'wall s':>8} {'runs':>22} {'vs stram one':>13} {'peak MB':>8}")
+    ref = statistics.median(r[0] for r in results["one"]) if "one" in results else None
+    print(f"{'system':<30} {'wall s':>8} {'runs':>22} {'vs stram one':>13} {'RSS MB':>7} {'PSS MB':>7}")
     for s in systems:
-        times = [t for t, _ in results[s]]
+        times = [r[0] for r in results[s]]
         med = statistics.median(times)
         ratio = f"{med / ref:12.2f}x" if ref else ""
         print(f"{names.get(s, s):<30} {med:>8.2f} {' '.join(f'{t:.2f}' for t in times):>22} {ratio:>13} "
-              f"{max(m for _, m in results[s]) / 2**20:>8.0f}")
+              f"{max(r[1] for r in results[s]) / 2**20:>7.0f} {max(r[2] for r in results[s]) / 2**20:>7.0f}")
 
 
 if __name__ == "__main__":

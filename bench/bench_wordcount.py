@@ -6,8 +6,11 @@ Writes ``specs/data/moby-dick.txt`` repeated ``--repeat`` times (×20 ≈ 24 MB,
 4.3M words) to a temporary directory, launches ``specs/wordcount.yaml`` on it
 with no cap on lines per window, checks the output exact against a direct
 count (``[a-z0-9]+`` in the lower-cased text), and prints the median wall
-time of the whole ``stram launch`` (start-up included) and the peak RSS summed
-over the application's processes, beside a plain Python loop (the floor).
+time of the whole ``stram launch`` (start-up included) and the peaks of the RSS
+and of the PSS summed over the application's processes, beside a plain Python
+loop (the floor). Summed RSS counts a shared library once per process (pyarrow
+in the master, the container and ``stram``); PSS shares each shared page out
+among the processes that map it, so its sum is the memory the run took.
 
 Layouts: ``one`` (every stream CONTAINER_LOCAL: one container), ``split``
 (split and count in separate containers, count ×2, EXACTLY_ONCE).
@@ -60,25 +63,40 @@ def read_sums(out: str) -> Counter:
     return sums
 
 
+def memory(procs: list) -> tuple[int, int]:
+    """(summed RSS, summed PSS) of ``procs``: RSS counts a shared library once per process that
+    maps it (pyarrow's 27 MB in the master, the container and the CLI), PSS shares it out."""
+    rss = pss = 0
+    for proc in procs:
+        try:
+            info = proc.memory_full_info()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+        rss, pss = rss + info.rss, pss + getattr(info, "pss", info.rss)
+    return rss, pss
+
+
 def sample_rss(home: str, stop: threading.Event, peak: list) -> None:
-    """Peak of the summed RSS of the processes that carry ``STRAM_HOME=home``."""
+    """Peaks of the summed RSS and PSS (``peak[0]``, ``peak[1]``) of the processes that carry
+    ``STRAM_HOME=home``."""
     while not stop.is_set():
-        total = 0
+        procs = []
         for proc in psutil.process_iter(["pid"]):
             try:
                 if proc.environ().get("STRAM_HOME") == home:
-                    total += proc.memory_info().rss
+                    procs.append(proc)
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
-        peak[0] = max(peak[0], total)
+        rss, pss = memory(procs)
+        peak[0], peak[1] = max(peak[0], rss), max(peak[1], pss)
         time.sleep(0.1)
 
 
-def run_stram(layout: str, text: str, want: Counter, root: pathlib.Path = ROOT) -> tuple[float, int]:
+def run_stram(layout: str, text: str, want: Counter, root: pathlib.Path = ROOT) -> tuple[float, int, int]:
     home = tempfile.mkdtemp(prefix="stram-bench-wc-")
     out = os.path.join(home, "out")
     env = dict(os.environ, STRAM_HOME=home, STRAM_LOG_LEVEL="WARNING")
-    peak = [0]
+    peak = [0, 0]
     stop = threading.Event()
     sampler = threading.Thread(target=sample_rss, args=(home, stop, peak), daemon=True)
     sampler.start()
@@ -95,27 +113,25 @@ def run_stram(layout: str, text: str, want: Counter, root: pathlib.Path = ROOT) 
     got = read_sums(out)
     if got != want:
         raise RuntimeError(f"{layout}: wrong counts ({sum(got.values())} words, want {sum(want.values())})")
-    return took, peak[0]
+    return took, peak[0], peak[1]
 
 
-def run_loop(text: str, want: Counter) -> tuple[float, int]:
+def run_loop(text: str, want: Counter) -> tuple[float, int, int]:
     code = ("import re,sys,collections\nc=collections.Counter()\nf=re.compile(r'[a-z0-9]+').findall\n"
             "for line in open(sys.argv[1],encoding='utf-8',errors='replace'): c.update(f(line.lower()))\n"
             "print(sum(c.values()))")
     started = time.perf_counter()
     proc = psutil.Popen([sys.executable, "-c", code, text], stdout=subprocess.PIPE, text=True)
-    peak = 0
+    peak = [0, 0]
     while proc.poll() is None:
-        try:
-            peak = max(peak, proc.memory_info().rss)
-        except psutil.NoSuchProcess:
-            break
+        rss, pss = memory([proc])
+        peak = [max(peak[0], rss), max(peak[1], pss)]
         time.sleep(0.05)
     out = proc.stdout.read()
     took = time.perf_counter() - started
     if int(out) != sum(want.values()):
         raise RuntimeError("plain loop: wrong count")
-    return took, peak
+    return took, peak[0], peak[1]
 
 
 def main() -> None:
@@ -142,18 +158,19 @@ def main() -> None:
             layout, _, which = system.partition("@")
             results[system].append(run_loop(text, want) if system == "loop"
                                    else run_stram(layout, text, want, roots[which]))
-            took, peak = results[system][-1]
-            print(f"  run {len(results[system])}: {system:<16} {took:7.2f} s {peak / 2**20:6.0f} MB", flush=True)
-    floor = statistics.median(t for t, _ in results["loop"])
-    print(f"{'system':<38} {'wall s (median)':>16} {'runs':>24} {'x loop':>7} {'peak MB':>8}")
+            took, rss, pss = results[system][-1]
+            print(f"  run {len(results[system])}: {system:<16} {took:7.2f} s {rss / 2**20:6.0f} MB RSS "
+                  f"{pss / 2**20:6.0f} MB PSS", flush=True)
+    floor = statistics.median(r[0] for r in results["loop"])
+    print(f"{'system':<38} {'wall s (median)':>16} {'runs':>24} {'x loop':>7} {'RSS MB':>7} {'PSS MB':>7}")
     for system in systems:
-        times = [t for t, _ in results[system]]
+        times = [r[0] for r in results[system]]
         med = statistics.median(times)
         layout, _, which = system.partition("@")
         name = {"loop": "plain Python loop", "one": "stram one container",
                 "split": "stram split/count x2"}[layout] + (f" ({which})" if args.compare else "")
         print(f"{name:<38} {med:>16.2f} {' '.join(f'{t:.2f}' for t in times):>24} {med / floor:>7.2f} "
-              f"{max(m for _, m in results[system]) / 2**20:>8.0f}")
+              f"{max(r[1] for r in results[system]) / 2**20:>7.0f} {max(r[2] for r in results[system]) / 2**20:>7.0f}")
 
 
 if __name__ == "__main__":

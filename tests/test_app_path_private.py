@@ -39,16 +39,20 @@ def test_files_written_under_a_private_root_are_owner_only(private_root, tmp_pat
     fs.write_atomic(f"file://{private_root}/checkpoints/3/17", b"state")
     fs.write_atomic(str(private_root / "journal" / "snapshot"), b"journal")
     fs.makedirs(f"file://{private_root}/wal/4")
+    fs.write_local_atomic(str(private_root / "local" / "supervisor.json"), b"{}")  # stram's own, through os
     with fs.open_output(f"file://{private_root}/spark/x/part") as out:
         out.write(b"x")
     assert mode(private_root / "checkpoints" / "3" / "17") == 0o600
     assert mode(private_root / "journal" / "snapshot") == 0o600
     assert mode(private_root / "spark" / "x" / "part") == 0o600
-    for d in ("checkpoints", "checkpoints/3", "journal", "wal", "wal/4", "spark", "spark/x"):
+    assert mode(private_root / "local" / "supervisor.json") == 0o600
+    for d in ("checkpoints", "checkpoints/3", "journal", "wal", "wal/4", "spark", "spark/x", "local"):
         assert mode(private_root / d) == 0o700, d
     # elsewhere (an operator's output directory) the usual modes stay
     fs.write_atomic(f"file://{tmp_path}/out/part-0", b"row")
-    assert mode(tmp_path / "out" / "part-0") == 0o644
+    fs.write_local_atomic(str(tmp_path / "out" / "part-1"), b"row")
+    assert mode(tmp_path / "out" / "part-0") == mode(tmp_path / "out" / "part-1") == 0o644
+    assert sorted(os.listdir(tmp_path / "out")) == ["part-0", "part-1"]  # no temporary file left
 
 
 def test_check_private_refuses_writable_and_tightens_readable(tmp_path):

@@ -298,3 +298,51 @@ def test_a_subclass_overriding_only_the_tuple_handler_is_served_per_tuple():
     assert not has_batch_handler(Shout(), "input") and has_batch_handler(ShoutBatch(), "input")
     assert feed(Shout(), [["a b", "c"]], batch_form=True) == ["A B", "C"]
     assert feed(ShoutBatch(), [["a b", "c"]], batch_form=True) == ["A B!", "C!"]
+
+
+class Gate(Operator):
+    """Takes tuples only once ``gate`` is set (a downstream that cannot keep up)."""
+
+    input = InputPort()
+
+    def __init__(self) -> None:
+        import threading
+        self.gate = threading.Event()
+        self.seen = 0
+
+    def process_input(self, t) -> None:  # noqa: ANN001
+        self.gate.wait(30)
+        self.seen += 1
+
+
+def test_a_container_local_stream_holds_a_bounded_number_of_tuples(tmp_path):
+    """A reader faster than its CONTAINER_LOCAL downstream waits for it: at most the queue's
+    messages of BATCH_SIZE tuples are in flight (memory), not the whole input; then all arrive."""
+    from container.engine import BATCH_SIZE, QUEUE_CAPACITY
+    n = 300_000
+    path = tmp_path / "in.txt"
+    path.write_text("".join(f"{i}\n" for i in range(n)))
+    reader, gate = io.LineReader(), Gate()
+    reader.path = str(path)
+    start = initial_window(int(time.time() * 1000))
+    n_reader, n_gate = node(1, reader, "INPUT", start), node(2, gate, "GENERIC", start)
+    n_reader.outputs["output"].add_sink(QueueSink(n_gate, n_gate.add_source("input")))
+    nodes = [n_gate, n_reader]
+    for x in nodes:
+        x.start()
+    try:
+        deadline = time.monotonic() + 10
+        last = -1
+        while time.monotonic() < deadline and (reader.offset == 0 or reader.offset != last):
+            last = reader.offset  # until the reader has started and is held
+            time.sleep(0.5)
+        in_flight = path.read_bytes()[:reader.offset].count(b"\n")
+        assert 0 < in_flight <= (QUEUE_CAPACITY + 2) * BATCH_SIZE
+        assert in_flight <= 40_000  # a word count's queues stay megabytes, not the input
+        gate.gate.set()
+        assert n_gate.stopped.wait(60) and n_reader.stopped.wait(5)
+    finally:
+        gate.gate.set()
+        for x in nodes:
+            x.stop(1)
+    assert gate.seen == n

@@ -6,8 +6,6 @@ import json
 import os
 from typing import Any, Optional
 
-import pyarrow.fs as pafs
-
 from container import fs, space
 from container.operator import (FatalError, InputOperator, InputPort, Operator, OperatorContext,
                                 OutputPort, ShutdownException)
@@ -152,7 +150,7 @@ def drop_torn_line(uri: str) -> int:
     """
     filesystem, path = fs.resolve(uri)
     info = filesystem.get_file_info(path)
-    if info.type != pafs.FileType.File or not info.size:
+    if info.type != fs.pafs.FileType.File or not info.size:
         return 0
     with filesystem.open_input_file(path) as f:
         f.seek(info.size - 1)
@@ -160,7 +158,7 @@ def drop_torn_line(uri: str) -> int:
             return 0
     data = fs.read_bytes(uri)
     keep = data[:data.rfind(b"\n") + 1]
-    if isinstance(filesystem, pafs.LocalFileSystem):
+    if isinstance(filesystem, fs.pafs.LocalFileSystem):
         os.truncate(path, len(keep))
     else:  # HDFS and others: pyarrow has no truncate; replace the file (rare: only after a torn append)
         fs.write_atomic(uri, keep)
@@ -206,7 +204,7 @@ class JsonLinesOutput(Operator):
             uri = fs.join(self.path, f"part-{self._name}.jsonl")
             drop_torn_line(uri)
             filesystem, path = fs.resolve(uri)
-            if isinstance(filesystem, pafs.LocalFileSystem):
+            if isinstance(filesystem, fs.pafs.LocalFileSystem):
                 self._local = path  # each window appended whole or not at all (see end_window)
             else:
                 self._out = filesystem.open_append_stream(path)
