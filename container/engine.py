@@ -52,9 +52,10 @@ ARROW_BATCH_SIZE = 16
 #: Encoded batches larger than this are split before publishing.
 MAX_PAYLOAD_BYTES = 32 << 20
 #: Bound of a node's input queue, in messages (batches of up to BATCH_SIZE tuples, or control
-#: tuples): a faster upstream waits for its downstream. At 256 a one-container word count held
-#: about 50 MB of lines and words in its queues (its container peaked at 109 MB, 60 MB at 32).
-QUEUE_CAPACITY = 32
+#: tuples): a faster upstream waits for its downstream. Smaller bounds cost the one-container word
+#: count more time than they save memory (bench_wordcount, side by side: 7.3 s and 227 MB summed
+#: PSS at 256, 8.0 s and 207 MB at 128, 9.4 s and 185 MB at 32): threads hand off more often.
+QUEUE_CAPACITY = 256
 #: Distinct str tuples whose partition tag a publisher remembers (then it starts over).
 TAG_CACHE_SIZE = 1 << 16
 
