@@ -15,7 +15,10 @@ per write with the fields that changed::
 
 Which operators and containers changed comes from the marks of
 :data:`appmaster.changes.JOURNAL`, so a heartbeat costs the size of what it
-changed. :func:`replay` applies a log to its snapshot; :func:`read_journal`
+changed. Progress figures (:data:`appmaster.changes.VOLATILE`: current windows,
+the heartbeat and window clocks) do not mark an object: they are written with
+its next other change and in every snapshot, and a restored master resets the
+clocks and reads a current window as a lower bound until the next heartbeat. :func:`replay` applies a log to its snapshot; :func:`read_journal`
 returns the document a full snapshot written now would hold. A last line
 without its newline (a write cut short) was never acknowledged, and is
 ignored; a write that fails (a full disk) is cut off the file again, so the
