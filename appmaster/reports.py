@@ -15,7 +15,8 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 from appmaster.plan import ContainerState, OperatorState
 
-__all__ = ["StateReports", "WindowSample", "in_chunks", "COPY_CHUNK", "OperatorTotals", "window_hex", "last_line", "decode_metrics",
+__all__ = ["StateReports", "WindowSample", "in_chunks", "COPY_CHUNK", "OperatorTotals", "window_hex", "last_line",
+           "decode_metrics", "port_totals",
            "WINDOW_ID", "TUPLES_IN", "TUPLES_OUT", "END_MILLIS", "CPU_NANOS", "METRICS"]
 
 #: Fields of a window sample, by position. The master keeps its operators' samples as plain
@@ -110,6 +111,21 @@ def decode_metrics(metrics: Any) -> dict[str, Any]:
         except ValueError:
             out[key] = value
     return out
+
+
+def port_totals(ws: Any) -> tuple[int, int, int]:
+    """(tuples in, tuples out, newest end-of-window time) of an OperatorStats message's ports,
+    for an agent that does not send the totals itself."""
+    tuples_in = tuples_out = end = 0
+    for p in ws.input_ports:
+        tuples_in += p.tuple_count
+        if p.end_window_timestamp > end:
+            end = p.end_window_timestamp
+    for p in ws.output_ports:
+        tuples_out += p.tuple_count
+        if p.end_window_timestamp > end:
+            end = p.end_window_timestamp
+    return tuples_in, tuples_out, end
 
 
 def last_line(text: str) -> str:

@@ -42,7 +42,7 @@ from appmaster.instructions import (AdoptContainer, DeleteCheckpoints, Finish, I
 from appmaster.plan import (ContainerState, OperatorState, PhysicalPlan, PTContainer, PTOperator,
                             affected_operators)
 from appmaster.recovery import GONE, Recovery
-from appmaster.reports import ALIVE, OperatorTotals, StateReports, decode_metrics, window_hex
+from appmaster.reports import ALIVE, OperatorTotals, StateReports, decode_metrics, port_totals, window_hex
 from appmaster.rules import recovery_checkpoints, restart_backoff_millis
 from appmaster.scaling import ScaleRefused, ScaleResult
 from container.windows import initial_window
@@ -352,18 +352,15 @@ class MasterState(DeployMessages, Recovery, Diagnose, StateReports, Ending):
             op.current_window = ohb.current_window_id
             op.window_advanced_millis = now
             self.blocked.discard(op.id)
-        if ohb.window_stats:
+        window_stats = ohb.window_stats
+        if window_stats:
             history, totals = self.window_history[op.id], self.totals[op.id]
-            for ws in ohb.window_stats:  # the hot loop of a heartbeat: plain loops, no generators
-                tuples_in = tuples_out = end = 0
-                for p in ws.input_ports:
-                    tuples_in += p.tuple_count
-                    if p.end_window_timestamp > end:
-                        end = p.end_window_timestamp
-                for p in ws.output_ports:
-                    tuples_out += p.tuple_count
-                    if p.end_window_timestamp > end:
-                        end = p.end_window_timestamp
+            for ws in window_stats:  # the hot loop of a heartbeat: plain loops, no generators
+                end = ws.end_window_millis
+                if end:  # the agent's totals over the ports
+                    tuples_in, tuples_out = ws.tuples_in, ws.tuples_out
+                else:  # an agent that sends only the ports
+                    tuples_in, tuples_out, end = port_totals(ws)
                 # a plain tuple of a WindowSample's fields, no metrics None: the collector untracks it
                 sample = (ws.window_id, tuples_in, tuples_out, end or now, ws.cpu_time_used,
                           decode_metrics(ws.metrics) if ws.metrics else None)

@@ -264,7 +264,8 @@ class SimContainer:
                                      state=proto.OperatorHeartbeat.ACTIVE)
             windows = range(last + 1, current + 1) if current > last else ()
             for w in list(windows)[-8:]:
-                ws = hb.window_stats.add(window_id=w, cpu_time_used=50_000)
+                ws = hb.window_stats.add(window_id=w, cpu_time_used=50_000, tuples_in=100, tuples_out=100,
+                                         end_window_millis=now)  # the totals, as the agent sends them
                 ws.input_ports.add(id="input", tuple_count=100, end_window_timestamp=now)
                 ws.output_ports.add(id="output", tuple_count=100, end_window_timestamp=now, buffer_server_bytes=1600)
                 if (w & 0xFFFFFFFF) % ctx.checkpoint_window_count == 0:

@@ -270,7 +270,10 @@ class Agent:
                                      state=getattr(proto.OperatorHeartbeat, node.state))
         while node.stats:
             ws = node.stats.popleft()
-            stats = hb.window_stats.add(window_id=ws.window_id, cpu_time_used=ws.cpu_nanos)
+            stats = hb.window_stats.add(window_id=ws.window_id, cpu_time_used=ws.cpu_nanos,
+                                        tuples_in=sum(ws.input_counts.values()),
+                                        tuples_out=sum(ws.output_counts.values()),
+                                        end_window_millis=ws.end_window_timestamp)
             stats.checkpoint.window_id = ws.checkpoint
             for port, n in ws.input_counts.items():
                 stats.input_ports.add(id=port, tuple_count=n, end_window_timestamp=ws.end_window_timestamp,

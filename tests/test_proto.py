@@ -33,3 +33,26 @@ def test_seed_fields_present():
         assert name in resp
     assert set(proto.OperatorDeployInfo.OperatorType.keys()) == {"INPUT", "UNIFIER", "GENERIC", "OIO"}
     assert set(proto.OperatorHeartbeat.DeployState.keys()) >= {"ACTIVE", "SHUTDOWN", "FAILED"}
+
+
+def test_an_agent_sends_each_windows_port_totals_the_master_reads():
+    """The agent's OperatorStats carry the totals over the ports; the master's fallback for an
+    agent without them (port_totals) gives the same three numbers from the ports."""
+    import collections
+    import types
+
+    from appmaster.reports import port_totals
+    from container.agent import Agent
+    from container.engine import NodeState, WindowStats
+    agent = Agent.__new__(Agent)
+    agent.interval = 1.0
+    stats = collections.deque([
+        WindowStats(window_id=7, checkpoint=5, input_counts={"a": 3, "b": 4}, output_counts={"out": 11, "err": 1},
+                    end_window_timestamp=1_700_000_000_123, cpu_nanos=9, queue_size=2),
+        WindowStats(window_id=8, checkpoint=5, input_counts={}, output_counts={"out": 2},
+                    end_window_timestamp=1_700_000_000_456, cpu_nanos=9, queue_size=0)])
+    node = types.SimpleNamespace(id=3, state=NodeState.ACTIVE, stats=stats, current_window=8, saved_checkpoints=[])
+    ohb = agent._operator_heartbeat(node, 1_700_000_000_500)
+    got = [(ws.tuples_in, ws.tuples_out, ws.end_window_millis) for ws in ohb.window_stats]
+    assert got == [(7, 12, 1_700_000_000_123), (0, 2, 1_700_000_000_456)]
+    assert [port_totals(ws) for ws in ohb.window_stats] == got
