@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import pickle
 import socket
 import threading
@@ -245,6 +246,49 @@ def test_exactly_once_teardown_publishes_the_last_committed_windows_when_the_bro
     assert waited > 3 and out._published == 2
     rows = [json.loads(m.value()) for m in kafka.read_all(topic, idle_seconds=1)]
     assert sorted((r["w"], r["i"]) for r in rows) == [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1)]
+
+
+class LostCommit:
+    """A producer whose next ``commit_transaction`` reports success without committing: what a
+    broker stopped while it answered a commit was seen to do (loop round 31: the commit of windows
+    14..18 reported done, then aborted with the next transaction when the broker came back)."""
+
+    def __init__(self, producer) -> None:  # noqa: ANN001
+        self._producer = producer
+        self.lost = 0
+
+    def commit_transaction(self, *args) -> None:  # noqa: ANN002
+        if self.lost:
+            return self._producer.commit_transaction(*args)
+        self.lost += 1
+        return None
+
+    def __getattr__(self, name: str):  # noqa: ANN204
+        return getattr(self._producer, name)
+
+    def __len__(self) -> int:
+        return len(self._producer)
+
+
+def test_a_commit_the_broker_never_made_is_found_and_its_windows_published_again(kafka, caplog):
+    """The marker read back after a commit tells: window 2's commit was never made, so window 2 (its
+    records kept until the read) is published again, and a read_committed reader sees each row once."""
+    topic = kafka.new_topic("out")
+    out = KafkaOutput()
+    out.bootstrap_servers, out.topic, out.timeout_seconds = kafka.servers, topic, 60
+    out.setup(ctx("out", mode="EXACTLY_ONCE", app=f"app-{uuid.uuid4().hex[:6]}"))
+    _window(out, 1, [{"w": 1, "i": i} for i in range(3)])
+    out.committed(1)
+    wait_until(lambda: out._published == 1 and not out.pending, timeout=60, what="window 1 published and read back")
+    lost = out._producer = LostCommit(out._producer)
+    _window(out, 2, [{"w": 2, "i": i} for i in range(2)])
+    with caplog.at_level(logging.INFO, logger="stram.kafka"):
+        out.committed(2)
+        out.teardown()  # returns once window 2 is on Kafka for good
+    rows = [json.loads(m.value()) for m in kafka.read_all(topic, idle_seconds=1)]
+    assert sorted((r["w"], r["i"]) for r in rows) == [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1)]
+    assert lost.lost == 1 and out._published == 2 and not out.pending
+    assert "starting over with a new producer" in caplog.text
 
 
 def test_at_least_once_output_delivers_each_window_at_its_end(kafka):

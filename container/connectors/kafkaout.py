@@ -63,7 +63,11 @@ class KafkaOutput(Operator):
     on the topic's partition 0, metadata ``stram-window=<hex>``). A recovered
     partition's producer fences its predecessor (same transactional id), reads
     that marker and skips the windows already published: ``read_committed``
-    consumers see each window once. Otherwise records are produced as tuples
+    consumers see each window once. A window's records are dropped only once
+    the marker, read back after the commit, covers it: a broker stopped while
+    it answered a commit has been seen to report it done and then abort it
+    (a loop of the broker-restart test); the marker read back tells, and the
+    windows after it are published again. Otherwise records are produced as tuples
     arrive and flushed at each window's end (at least once: a replay may repeat them).
     """
 
@@ -77,7 +81,7 @@ class KafkaOutput(Operator):
     timeout_seconds: float = 120.0
     transient = ("_producer", "_marker", "_window", "_values", "_ck", "_waiter", "_who", "_exactly_once",
                  "_published", "_servers", "_txn_id", "_failed", "_target", "_lock", "_wake", "_thread",
-                 "_stopping", "_error", "_call_timeout")
+                 "_stopping", "_error", "_call_timeout", "_confirmed")
 
     def __init__(self) -> None:
         #: EXACTLY_ONCE: window id -> (key, value) pairs not yet published, oldest first.
@@ -91,6 +95,8 @@ class KafkaOutput(Operator):
         self._who = "KafkaOutput"
         self._exactly_once = False
         self._published = -1
+        #: EXACTLY_ONCE: the window the marker was last read back to hold (records up to it are dropped)
+        self._confirmed = -1
         self._servers = ""
         self._call_timeout = 10.0
         self._txn_id = ""
@@ -273,12 +279,43 @@ class KafkaOutput(Operator):
         if self._error is not None:
             raise self._error
 
-    def _done(self, marker: int) -> None:
+    def _done(self, marker: int, confirmed: bool = True) -> None:
+        """Windows up to ``marker`` are published. ``confirmed``: the marker was read back from Kafka,
+        so their records are dropped, and a marker behind what was committed means the broker lost
+        those commits (the windows after it are published again). Otherwise a commit returned: the
+        records stay until a read confirms them."""
         with self._wake:
-            self._published = max(self._published, marker)
-            for w in [w for w in self.pending if w <= marker]:
-                del self.pending[w]
+            if not confirmed:
+                self._published = max(self._published, marker)
+            else:
+                if marker < self._published:
+                    log.warning("%s: the broker holds windows up to %x as published, not up to %x: its commit "
+                                "of the windows after %x was lost; publishing them again", self._who, marker,
+                                self._published, marker)
+                self._published = self._confirmed = marker
+                for w in [w for w in self.pending if w <= marker]:
+                    del self.pending[w]
             self._wake.notify_all()
+
+    def _read_marker(self) -> None:
+        """Read the marker back after a commit (the windows up to it are then on Kafka for good); a
+        marker that cannot be read starts over with a new producer, whose fencing ends a transaction
+        left open and whose start reads the marker again."""
+        tp = self._ck.TopicPartition(self.topic, 0)
+        try:
+            found = self._bounded(lambda: self._marker.committed([tp], timeout=self._call_timeout), "committed")
+            marker = marker_window(found[0].metadata if found else None)
+            why = "" if marker >= self._published else f"it holds {marker:x}, behind the commit of {self._published:x}"
+        except (self._ck.KafkaException, RuntimeError) as exc:
+            why = f"it could not be read ({exc})"
+        if why:  # a new producer's fencing settles the transaction (committed or aborted) before its read
+            log.warning("%s: reading the marker back after a commit: %s; starting over with a new producer",
+                        self._who, why)
+            self._close_marker()
+            self._producer = self._new_producer()
+            self._start_transactions(settle=False)
+            return
+        self._done(marker)
 
     # -- the publisher thread (EXACTLY_ONCE) --------------------------------
     def _publisher(self) -> None:
@@ -296,7 +333,7 @@ class KafkaOutput(Operator):
                 if windows:
                     self._publish(windows, records, target)
                 else:
-                    self._done(target)
+                    self._done(target, confirmed=False)  # nothing to publish up to it
         except BaseException as exc:  # noqa: BLE001 - handed to the operator's thread
             if not self._stopping:
                 log.error("%s: publishing failed: %s", self._who, exc)
@@ -367,9 +404,10 @@ class KafkaOutput(Operator):
                                                   "commit_transaction"))
                 self._check()
                 self._waiter.ok()
-                self._done(marker)
+                self._done(marker, confirmed=False)
                 log.info("%s: published windows %x..%x (%d records) up to committed window %x", self._who,
                          windows[0], windows[-1], len(records), marker)
+                self._read_marker()
                 return
             except ck.KafkaException as exc:
                 err = exc.args[0]
@@ -388,8 +426,7 @@ class KafkaOutput(Operator):
                 self._close_marker()
                 self._producer = self._new_producer()
                 self._start_transactions(settle=False)
-                if self._published >= marker:
-                    return
+                return  # the marker read tells which windows went out; the publisher loop sends the rest
             except RuntimeError as exc:  # records not delivered: the transaction cannot commit; start it again
                 log.warning("%s: %s; aborting %s and trying again with a new producer", self._who, exc, what)
                 self._waiter.trouble(f"{what}: {exc}")  # FatalError past timeout_seconds
@@ -402,8 +439,12 @@ class KafkaOutput(Operator):
                 self._close_marker()
                 self._producer = self._new_producer()
                 self._start_transactions(settle=False)
-                if self._published >= marker:
-                    return
+                return  # the marker read tells which windows went out; the publisher loop sends the rest
+
+    def _unsettled(self) -> bool:
+        """Committed windows not yet published, or published and not yet read back (the caller holds
+        the lock)."""
+        return self._published < self._target or any(w <= self._published for w in self.pending)
 
     @classmethod
     def split_state(cls, states, count, owner):  # noqa: ANN001, ANN206
@@ -421,11 +462,11 @@ class KafkaOutput(Operator):
         unpublished = None
         if self._thread is not None:
             with self._wake:
-                if self._published < self._target:
+                if self._unsettled():
                     log.info("%s: publishing the last committed windows before stopping", self._who)
-                while self._published < self._target and self._error is None and self._thread.is_alive():
+                while self._unsettled() and self._error is None and self._thread.is_alive():
                     self._wake.wait(0.5)
-                if self._published < self._target:
+                if self._unsettled():
                     unpublished = (f"{self._who}: the committed windows after {self._published:x} up to "
                                    f"{self._target:x} were not published: {self._error or 'the publisher stopped'}")
                 self._stopping = True
