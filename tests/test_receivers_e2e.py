@@ -26,7 +26,8 @@ class LineSource:
     """A TCP source of numbered lines that, on every new connection, resends what was not acknowledged.
 
     It reads ``ACK <n>`` lines: n lines of the current connection are stored.
-    ``drop_after``: the first connection is reset after that many lines.
+    ``drop_after``: the first connection is reset after that many lines. ``hold``: no line after
+    that number is sent until it is set back to None (a test's kill then lands mid-stream).
     """
 
     def __init__(self, total: int, rate: float, drop_after: int | None = None) -> None:
@@ -39,6 +40,7 @@ class LineSource:
         #: line number -> connections it was sent on
         self.sends: Counter = Counter()
         self.connections = 0
+        self.hold: int | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
@@ -73,6 +75,9 @@ class LineSource:
                 if self.drop_after is not None and number == 1 and i - base >= self.drop_after:
                     conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
                     break  # reset the connection in the middle of the stream
+                if self.hold is not None and i > self.hold:
+                    time.sleep(0.02)
+                    continue
                 batch = range(i, min(i + step, self.total + 1))
                 with self._lock:
                     self.sends.update(batch)

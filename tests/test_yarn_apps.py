@@ -116,10 +116,11 @@ def _launch_detached(spec: str) -> str:
 
 
 def _kill_receiver(app_id: str, source, rx: dict) -> None:
-    """SIGKILL the receiver's container process ``rx`` (the node loses it) mid-stream, and wait
-    until its replacement acknowledges lines again."""
+    """SIGKILL the receiver's container process ``rx`` (the node loses it) mid-stream, let a held
+    source go on, and wait until the replacement acknowledges lines again."""
     acked = source.acked
     os.kill(int(rx["process"].split("@")[0]), signal.SIGKILL)
+    source.hold = None
     assert acked < source.total, "the source was done before the kill"
     wait_until(lambda: source.acked >= min(acked + 100, source.total), 300,
                "acknowledgements after the recovery", interval=1)
@@ -163,8 +164,10 @@ def test_receiver_wal_on_hdfs_survives_killed_containers(on_minicluster, tmp_pat
     try:
         killed = []
         for threshold in (500, 1500):
-            # found first: a stram command on YARN takes seconds, in which the source could
-            # send its last line; the kill is then on time, mid-stream
+            # the source holds 200 lines past the threshold until the kill, and the container is
+            # found first: a stram command on YARN takes seconds (15 and more under load), in which
+            # the source sent its last line before (loop round 51); the kill lands mid-stream
+            source.hold = threshold + 200
             rx = wait_until(lambda: _rx_container(app_id), 300, "the receiver's container", interval=1)
             wait_until(lambda: source.acked >= threshold, 300, f"{threshold} lines acknowledged", interval=0.2)
             _kill_receiver(app_id, source, rx)
