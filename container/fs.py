@@ -325,14 +325,24 @@ def write_atomic(uri: str, data: bytes) -> None:
     parent = path.rsplit("/", 1)[0] or "/"
     fs.create_dir(parent, recursive=True)
     tmp = f"{parent}/._tmp-{uuid.uuid4().hex}"
-    try:
+
+    def write() -> None:
         with fs.open_output_stream(tmp) as out:
             _restrict(fs, tmp)  # before any byte is written
             out.write(data)
-        fs.move(tmp, path)
+    _write_then_move(tmp, path, write, fs.move, fs.delete_file)
+
+
+def _write_then_move(tmp: str, path: str, write: Callable[[], None], move: Callable[[str, str], None],
+                     delete: Callable[[str], None]) -> None:
+    """``write()`` the temporary file ``tmp``, then ``move`` it to ``path``; a failed write (a full
+    disk) leaves no temporary file behind."""
+    try:
+        write()
+        move(tmp, path)
     except BaseException:
-        try:  # a failed write (a full disk) leaves no temporary file behind
-            fs.delete_file(tmp)
+        try:
+            delete(tmp)
         except OSError:
             pass
         raise
@@ -345,18 +355,12 @@ def write_local_atomic(path: str, data: bytes) -> None:
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
     tmp = os.path.join(parent, f"._tmp-{uuid.uuid4().hex}")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with os.fdopen(fd, "wb") as out:
+
+    def write() -> None:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as out:
             _restrict_local(tmp)  # before any byte is written
             out.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:  # a failed write (a full disk) leaves no temporary file behind
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    _write_then_move(tmp, path, write, os.replace, os.unlink)
 
 
 #: A status document is padded with trailing spaces (still the same JSON) to at least this many
