@@ -6,6 +6,8 @@ import json
 import os
 from typing import Any, Optional
 
+import orjson
+
 from container import fs, space
 from container.operator import (FatalError, InputOperator, InputPort, Operator, OperatorContext,
                                 OutputPort, ShutdownException)
@@ -136,8 +138,23 @@ class _LineFile:
         self._f.close()
 
 
-#: One JSON line of a tuple; one encoder for every call (``json.dumps`` with options builds one per call).
-_to_json = json.JSONEncoder(separators=(",", ":"), default=str).encode
+#: What orjson cannot write (an integer past 64 bits) goes through the standard encoder, as before.
+_std_json = json.JSONEncoder(separators=(",", ":"), default=str).encode
+#: datetimes and dataclasses as ``str()`` gives them (the standard encoder's ``default=str``), not orjson's own forms.
+_ORJSON_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+
+
+def _to_json(obj: Any) -> bytes:
+    """One JSON line of a tuple (no newline), compact, UTF-8.
+
+    orjson, at a tenth of the standard encoder's time per row (the encoder was 17% of the
+    word count's profile); non-ASCII text is written as UTF-8 rather than ``\\u`` escapes, and a
+    NaN or infinite float as ``null`` (the standard encoder wrote ``NaN``, which is not JSON).
+    """
+    try:
+        return orjson.dumps(obj, default=str, option=_ORJSON_OPTIONS)
+    except TypeError:  # orjson.JSONEncodeError: an integer past 64 bits, a cycle, a default() that fails
+        return _std_json(obj).encode()
 
 
 def drop_torn_line(uri: str) -> int:
@@ -185,7 +202,7 @@ class JsonLinesOutput(Operator):
         self._out = None
         #: The local file appended to (AT_LEAST_ONCE / AT_MOST_ONCE on a local file system).
         self._local = ""
-        self._lines: list[str] = []
+        self._lines: list[bytes] = []
         self._window = 0
         self._exactly_once = False
         self._dir = ""
@@ -222,7 +239,8 @@ class JsonLinesOutput(Operator):
     def end_window(self) -> None:
         if not self._lines:
             return
-        data = ("\n".join(self._lines) + "\n").encode()
+        self._lines.append(b"")  # the last line's newline
+        data = b"\n".join(self._lines)
         self._lines = []
         if self._exactly_once:
             # a full disk pauses the window until space returns (or DiskFull after the time limit)
