@@ -325,6 +325,10 @@ class AppMaster(AddressFiles):
         bind = os.environ.get("STRAM_BIND_HOST") or self.host
         self.tls_identity = self._tls_identity()
         self.server, self.port = create_server(servicer, host=bind, port=0, tls_identity=self.tls_identity)
+        if self.state.attempt == 1:
+            # the first attempt launches its containers now: their start-up (a new interpreter, its
+            # imports) overlaps the admin API's; they find the master once heartbeatUri is written
+            self._dispatch_first(Start(_now()))
         from appmaster.admin import base_url, start_admin
         register = getattr(self.launcher, "register_ui", None)  # YARN's: its web proxy speaks plain HTTP
         self.admin, self.admin_url = start_admin(self, self.host, bind, tls=self.tls_identity,
@@ -338,20 +342,22 @@ class AppMaster(AddressFiles):
         no_space = self._write_address_files()
         log.info("application %s: umbilical at %s:%d, admin API at %s", self.app_id, self.host,
                  self.port, self.admin_url)
-        self._starting = threading.get_ident()  # until it is handled, other threads' events are refused
-        try:
-            if self.state.attempt == 1:
-                self.dispatch(Start(_now()))
-            else:  # a new attempt takes over the containers the previous master started
-                self.dispatch(AdoptContainers(_now(), getattr(self.launcher, "adopt", None) is not None))
-        finally:
-            self._starting = None
+        if self.state.attempt > 1:  # a new attempt takes over the containers the previous master started
+            self._dispatch_first(AdoptContainers(_now(), getattr(self.launcher, "adopt", None) is not None))
         if self.tune_gc:
             tune_gc()
         if no_space and self.state.state == "RUNNING":  # after the adoption: its containers are stopped too
             log.error("the application fails: %s", no_space)
             self.dispatch(DiskFull(_now(), no_space))
         self.write_status()
+
+    def _dispatch_first(self, event: Any) -> None:
+        """Dispatch the attempt's first event; until it is handled, other threads' events are refused."""
+        self._starting = threading.get_ident()
+        try:
+            self.dispatch(event)
+        finally:
+            self._starting = None
 
     def run(self) -> str:
         """Serve until the application ends; returns its final state."""

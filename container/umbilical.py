@@ -32,6 +32,9 @@ class MasterGone(Exception):
 
 #: Seconds between two log lines saying the same thing about an unreachable master.
 COMPLAIN_SECONDS = 5.0
+#: Seconds a container waits for a missing ``heartbeatUri`` before it says so (its master writes
+#: the file just after launching it).
+QUIET_SECONDS = 2.0
 
 
 class Umbilical:
@@ -72,16 +75,21 @@ class Umbilical:
     def connect(self, wait: float = 120.0) -> None:
         """Read ``APP_PATH/heartbeatUri`` (retrying with backoff) and open a channel."""
         uri = apppath.file(self.app_path, apppath.HEARTBEAT_URI)
-        deadline = time.monotonic() + wait
+        started = time.monotonic()
+        deadline = started + wait
         delay = 0.05
         while True:
             try:
                 address = fs.read_bytes(uri).decode().strip()
                 break
             except (FileNotFoundError, OSError) as exc:
-                self.complain(f"no heartbeatUri at {uri}"
-                              + ("" if isinstance(exc, FileNotFoundError) else f" ({exc})"))
-                if time.monotonic() > deadline:
+                # a new master launches its containers before it writes heartbeatUri (their start-up
+                # overlaps its own): a file missing for the first moments is no reason to complain
+                now = time.monotonic()
+                if now - started >= QUIET_SECONDS or now > deadline or not isinstance(exc, FileNotFoundError):
+                    self.complain(f"no heartbeatUri at {uri}"
+                                  + ("" if isinstance(exc, FileNotFoundError) else f" ({exc})"))
+                if now > deadline:
                     raise MasterGone(f"no master address at {uri} after {wait:.0f}s")
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
