@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-__all__ = ["Tracked", "Tracker", "touch", "structure", "forget", "JOURNAL", "COMMITTED", "VOLATILE"]
+__all__ = ["Tracked", "Tracker", "touch", "structure", "forget", "set_volatile", "JOURNAL", "COMMITTED", "VOLATILE"]
 
 #: Marks a tracker keeps before it forgets them all (its readers then read the whole plan).
 MAX_MARKS = 200_000
@@ -37,6 +37,10 @@ VOLATILE = frozenset({"current_window", "window_advanced_millis", "last_heartbea
                       "publishers"})
 
 _structure = [0]
+
+#: Assigns a :data:`VOLATILE` field on the heartbeat path without :meth:`Tracked.__setattr__`'s call
+#: (such an assignment marks nothing): ``set_volatile(op, "current_window", w)``.
+set_volatile = object.__setattr__
 
 
 class Tracker:

@@ -29,7 +29,7 @@ import proto
 from appmaster import journal, scaling
 from appmaster.attributes import default as attribute_default
 from appmaster.deploy import DAG_ATTRIBUTES, DeployMessages
-from appmaster.changes import forget as forget_marks, touch
+from appmaster.changes import forget as forget_marks, set_volatile, touch
 from appmaster.committed import CommittedWindow
 from appmaster.diagnose import Diagnose
 from appmaster.ending import Ending
@@ -297,7 +297,7 @@ class MasterState(DeployMessages, Recovery, Diagnose, StateReports, Ending):
         if container.state != ContainerState.RUNNING:
             self._note(now, "container", f"{container.id} running ({hb.jvm_name})")
             container.state = ContainerState.RUNNING
-        container.last_heartbeat_millis = now
+        set_volatile(container, "last_heartbeat_millis", now)
         if container.process != hb.jvm_name:
             container.process = hb.jvm_name
         if hb.buffer_server_port and container.buffer_server != (hb.buffer_server_host, hb.buffer_server_port):
@@ -349,8 +349,8 @@ class MasterState(DeployMessages, Recovery, Diagnose, StateReports, Ending):
         if fresh:  # assigned, not changed in place: the committed window and the journal see it
             op.checkpoints = sorted({*op.checkpoints, *fresh})
         if ohb.current_window_id > op.current_window:
-            op.current_window = ohb.current_window_id
-            op.window_advanced_millis = now
+            set_volatile(op, "current_window", ohb.current_window_id)
+            set_volatile(op, "window_advanced_millis", now)
             self.blocked.discard(op.id)
         window_stats = ohb.window_stats
         if window_stats:
