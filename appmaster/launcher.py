@@ -43,6 +43,9 @@ class Launcher(abc.ABC):
 
     #: Whether an application's channels use TLS when its spec does not say (the TLS attribute).
     tls_by_default = False
+    #: Seconds between two :meth:`poll` calls while the master waits for its containers to exit
+    #: after the end (each poll may be a call to the cluster).
+    exit_poll_seconds = 0.1
 
     @abc.abstractmethod
     def launch(self, request: ContainerRequest) -> tuple[int, float] | None:
@@ -77,6 +80,9 @@ class Launcher(abc.ABC):
 
 class LocalLauncher(Launcher):
     """Containers as local processes (the embedded default)."""
+
+    #: A poll is a ``waitpid`` per process: the end is seen within 20 ms of the last exit.
+    exit_poll_seconds = 0.02
 
     def __init__(self, log_dir: str, cwd: str | None = None, app_id: str = "") -> None:
         self.log_dir = log_dir

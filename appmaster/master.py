@@ -95,6 +95,9 @@ class AppMaster(AddressFiles):
         #: Heartbeats that arrived together, under one hold of the lock (:meth:`Dispatcher.dispatch_many`).
         self.dispatch_many = self.dispatcher.dispatch_many
         self.finished = threading.Event()
+        #: Set when the application leaves RUNNING: the main loop starts waiting for the containers at
+        #: once, not at its next round (0.2 s later).
+        self._wake = threading.Event()
         self.final: Finish | None = None
         self.server = None
         self.port = 0
@@ -146,6 +149,8 @@ class AppMaster(AddressFiles):
                     break
                 self._pause_wait.wait(delay)  # the lock is released: the admin API still answers
                 delay = min(delay * 2, space.MAX_DELAY)
+        if self.state.state != "RUNNING":
+            self._wake.set()
         if began is not None:
             self._pause_thread = None
             resumed = self.state.state == "RUNNING"
@@ -213,6 +218,7 @@ class AppMaster(AddressFiles):
     def _finish(self, ins: Finish) -> None:
         self.final = ins
         self.finished.set()
+        self._wake.set()
 
     def _split_checkpoints(self, ins: SplitCheckpoints) -> None:
         """Read the old partitions' checkpoints, split them, write the new partitions' ones
@@ -364,7 +370,7 @@ class AppMaster(AddressFiles):
         self.start()
         last_status = 0.0
         last_files = time.monotonic()
-        while not self.finished.wait(0.2):
+        while not self._rest(0.2):
             if time.monotonic() - last_files > KEEP_FILES_SECONDS:
                 last_files = time.monotonic()
                 try:
@@ -402,6 +408,12 @@ class AppMaster(AddressFiles):
         self.stop()
         return final.state
 
+    def _rest(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` (less when the application leaves RUNNING); whether it finished."""
+        self._wake.wait(seconds)
+        self._wake.clear()
+        return self.finished.is_set()
+
     def _wait_for_containers(self, grace: float | None = None) -> None:
         """After the end: containers get ``shutdown`` in their heartbeat and exit; then force.
 
@@ -431,7 +443,7 @@ class AppMaster(AddressFiles):
                     break
                 if time.monotonic() - started > grace and not self._still_ending(grace):
                     break
-            time.sleep(0.1)
+            time.sleep(getattr(self.launcher, "exit_poll_seconds", 0.1))
         left = self.launcher.running()
         if left:
             log.warning("containers %s did not exit within %.0f s of the end; stopping them", left,
