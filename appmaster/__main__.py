@@ -73,4 +73,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    logsetup.exit_now(main())
+    sys.exit(main())

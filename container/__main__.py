@@ -49,4 +49,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    logsetup.exit_now(main())
+    sys.exit(main())

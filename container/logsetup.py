@@ -140,18 +140,3 @@ def configure(path: str | None, level: str | int = "INFO") -> logging.Handler:
     except ValueError:
         root.setLevel(logging.INFO)
     return handler
-
-
-def exit_now(code: int) -> None:
-    """End the process with ``code`` once its logs and standard streams are flushed, skipping
-    the interpreter's finalization (about 0.1 s with pyarrow and grpc loaded: their thread pools
-    and cores torn down one by one). For a process's ``__main__`` after its work returned: every
-    file it wrote is closed by then, and the end of an application waits on these exits."""
-    import sys
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # closed, or its reader is gone
-            pass
-    os._exit(code)
