@@ -136,11 +136,10 @@ def test_json_lines_output_is_exact_in_both_forms(tmp_path, batch_form):
     op.end_window()
     op.teardown()
     text = (tmp_path / "out" / "part-out-2.jsonl").read_text()
-    lines = text.split("\n")
-    assert lines.pop() == ""  # every line ends with a newline, the last included
-    assert [json.loads(line) for line in lines] == [json.loads(json.dumps(r, default=str)) for r in rows]
-    assert all(" " not in line for line in lines[:500])  # compact
-    assert [json.loads(line) for line in lines][:500] == rows[:500]
+    # compact, UTF-8 (not \u escapes), one line per tuple, the last one ending in a newline too
+    assert text == "".join(json.dumps(r, separators=(",", ":"), default=str, ensure_ascii=False) + "\n"
+                           for r in rows)
+    assert [json.loads(line) for line in text.splitlines()][:500] == rows[:500]
 
 
 @pytest.mark.parametrize("batch_form", [False, True])
