@@ -34,6 +34,8 @@ import dataclasses
 import json
 from typing import Any, Callable
 
+import orjson
+
 from appmaster.errors import StramError
 from appmaster.plan import ContainerState, OperatorState, PhysicalPlan, PTContainer, PTInput, PTOperator
 from container import apppath, fs
@@ -63,7 +65,17 @@ def journal_uri(app_path: str) -> str:
 def encode(doc: dict[str, Any]) -> bytes:
     """The journal's bytes (checks the document is a journal this stram writes)."""
     check_version(doc)
-    return json.dumps(doc, separators=(",", ":")).encode()
+    return dumps(doc)
+
+
+def dumps(doc: Any) -> bytes:
+    """Compact JSON of a journal document or log record (orjson: a tenth of the standard encoder's
+    time, which the master spends under its lock; what orjson refuses, an integer past 64 bits,
+    the standard way)."""
+    try:
+        return orjson.dumps(doc, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:
+        return json.dumps(doc, separators=(",", ":")).encode()
 
 
 def decode(data: bytes, where: str = "the journal") -> dict[str, Any]:

@@ -160,7 +160,7 @@ class JournalWriter:
         if not record:
             self.last_bytes = 0
             return 0
-        line = json.dumps(record, separators=(",", ":")).encode() + b"\n"
+        line = journal.dumps(record) + b"\n"
         try:
             self._append(line)
         except BaseException:
