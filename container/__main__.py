@@ -39,6 +39,7 @@ def main() -> int:
         print(f"error: cannot read this container's credential from {where}: {why}; containers are "
               f"started by the stram master, which writes it first", file=sys.stderr)
         return 2
+    logsetup.freeze_startup()  # no operator ran yet: the files they leave open are found fast at exit
     agent = Agent(container_id, app_path, credential, work_dir=os.environ.get("STRAM_WORK_DIR"))
     signal.signal(signal.SIGTERM, lambda *_: agent.stop())
     try:
@@ -49,4 +50,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    logsetup.exit_fast(main(), flush_files=True)
