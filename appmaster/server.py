@@ -43,6 +43,11 @@ rate_limit(container_log, burst=50, interval=10.0)
 
 #: Largest request the master accepts (a heartbeat is a few KB).
 MAX_MESSAGE_BYTES = 4 << 20
+#: Calls gRPC keeps waiting for the server's event loop before it refuses new ones at random
+#: (CANCELLED; every one at twice as many). gRPC's own 1,000 refused 15-200 of the GetInitContext
+#: calls of 2,000 containers starting together while the master's interpreter was busy
+#: (``bench/bench_heartbeats.py``), and a refused agent waits and calls again.
+MAX_PENDING_CALLS = 10_000
 
 
 def _now() -> int:
@@ -355,6 +360,9 @@ class UmbilicalServer:
                      # caller cannot make the server take in megabytes before it is refused
                      ("grpc.http2.bdp_probe", 0),
                      ("grpc.max_send_message_length", 64 << 20),
+                     # a burst of starting containers waits for the loop instead of being refused
+                     ("grpc.server.max_pending_requests", MAX_PENDING_CALLS),
+                     ("grpc.server.max_pending_requests_hard_limit", 2 * MAX_PENDING_CALLS),
                      ("grpc.so_reuseport", 0)])
         proto.add_StreamingContainerUmbilicalServicer_to_server(AsyncUmbilical(servicer, self.pool), server)
         return server
