@@ -293,11 +293,18 @@ async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_eve
     latencies: list[float] = []
     starts: list[float] = []  # when each call began (wall clock), to tell calls after a restart
     errors: dict[str, int] = {}
+    details: list[str] = []  # the first failures, with when (seconds into the run) and why
     containers: dict[str, SimContainer] = {}
     tasks: list[asyncio.Task] = []
     exited = open(os.path.join(sim, f"exited-{index}"), "a", buffering=1)
     rng = random.Random(seed + index)
-    end = time.monotonic() + seconds
+    began_at = time.monotonic()
+    end = began_at + seconds
+
+    def failed(call: str, exc: Any) -> None:
+        errors[exc.code().name] = errors.get(exc.code().name, 0) + 1
+        if len(details) < 20:
+            details.append(f"{call} at {time.monotonic() - began_at:.1f} s: {exc.code().name} {exc.details()}")
 
     async def run_container(c: SimContainer) -> None:
         # each agent presents its own credential, as a real one does (the master checks it per call)
@@ -310,9 +317,9 @@ async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_eve
                 ctx = await umbilical.stub.GetInitContext(proto.InitContextRequest(container_id=c.id),
                                                           metadata=metadata, timeout=30)
             except grpc.aio.AioRpcError as exc:
-                errors[exc.code().name] = errors.get(exc.code().name, 0) + 1
-                if exc.code() != grpc.StatusCode.UNAVAILABLE:
-                    return
+                failed("GetInitContext", exc)
+                if exc.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.INVALID_ARGUMENT):
+                    return  # refused: a real agent gives up too (any other failure it retries)
                 umbilical.failed(exc.code().name)
                 await asyncio.sleep(delay)
                 delay = min(2 * delay, 2.0)
@@ -341,7 +348,7 @@ async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_eve
                 if not isinstance(exc, grpc.aio.AioRpcError):
                     exc = grpc.aio.AioRpcError(grpc.StatusCode.DEADLINE_EXCEEDED if isinstance(
                         exc, asyncio.TimeoutError) else grpc.StatusCode.UNAVAILABLE, None, None, str(exc))
-                errors[exc.code().name] = errors.get(exc.code().name, 0) + 1
+                failed("heartbeat", exc)
                 if exc.code() == grpc.StatusCode.UNAVAILABLE:
                     umbilical.failed(exc.code().name)
                     await asyncio.sleep(delay)
@@ -400,7 +407,7 @@ async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_eve
     await asyncio.gather(*tasks, return_exceptions=True)
     await umbilical.close()
     with open(os.path.join(sim, f"agents-{index}.json"), "w") as f:
-        json.dump({"latencies": latencies, "errors": errors, "containers": len(containers),
+        json.dump({"latencies": latencies, "errors": errors, "details": details, "containers": len(containers),
                    "after_restart": heartbeat_master.split_latencies(latencies, starts, sim)}, f)
 
 
@@ -463,11 +470,13 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
     latencies: list[float] = []
     after: list[float] = []
     errors: dict[str, int] = {}
+    details: list[str] = []
     for i in range(procs):
         with open(os.path.join(sim, f"agents-{i}.json")) as f:
             doc = json.load(f)
         latencies += doc["latencies"]
         after += doc["after_restart"]
+        details += doc["details"][:3]
         for k, v in doc["errors"].items():
             errors[k] = errors.get(k, 0) + v
     mfig = heartbeat_master.read_json(os.path.join(sim, "master.json"))  # the last attempt's
@@ -482,7 +491,7 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
         "transport": "unary" if unary else "stream",
         "heartbeats": len(latencies), "heartbeats_per_s": round(len(latencies) / wall, 1),
         "p50_ms": round(pick(0.50), 2), "p99_ms": round(pick(0.99), 2), "max_ms": round(pick(1.0), 2),
-        "errors": sum(errors.values()), "timeouts": timeouts,
+        "errors": sum(errors.values()), "error_codes": errors, "first_errors": details, "timeouts": timeouts,
         "master_cpu_pct": round(100 * cpu / wall, 1),
         "master_rss_mb": round(master.peak_rss / (1 << 20), 1),
         "plan_s": round(first.get("plan_seconds", mfig.get("plan_seconds", 0.0)), 2),
@@ -527,6 +536,8 @@ def report(r: dict[str, Any]) -> None:
     print(f"{r['containers']} containers x {r['operators'] // r['containers']} operators, {r['seconds']}s: "
           f"heartbeat RPC p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms, max {r['max_ms']} ms; "
           f"{r['heartbeats_per_s']} heartbeats/s; errors {r['errors']}, timeouts declared {r['timeouts']}")
+    for line in r["first_errors"]:
+        print(f"  failed call: {line}")
     print(f"  master: CPU {r['master_cpu_pct']}% of a core, peak RSS {r['master_rss_mb']} MB, plan {r['plan_s']} s; "
           f"journal {r['journal_writes']} writes of {r['journal_kb']} KB, {r['journal_ms_mean']} ms mean / "
           f"{r['journal_ms_p99']} ms p99; committed-window update {r['committed_ms_mean']} ms mean / "
@@ -540,7 +551,7 @@ def report(r: dict[str, Any]) -> None:
               f"(journal restored in {r['restart_restore_s']} s, serving at {r['restart_serving_s']} s); "
               f"relaunched {r['relaunched']}, not adopted {r['lost']}; heartbeat p99 after the restart "
               f"{r['p99_after_restart_ms']} ms over {r['heartbeats_after_restart']} heartbeats")
-    print(" ".join(f"{k}={v}" for k, v in r.items() if not isinstance(v, dict)), flush=True)
+    print(" ".join(f"{k}={v}" for k, v in r.items() if not isinstance(v, (dict, list))), flush=True)
 
 
 def main() -> int:
