@@ -235,6 +235,10 @@ ATTRIBUTES: dict[str, Attribute] = _table(
          _DAG),
     _int("HEARTBEAT_TIMEOUT_MILLIS", 30000,
          "A container silent this long is considered lost.", _DAG),
+    _int("HEARTBEAT_MAX_INTERVAL_MILLIS", None,
+         "Longest heartbeat interval the master asks for while it cannot keep up with its containers' "
+         "heartbeats (appmaster.pacing); HEARTBEAT_INTERVAL_MILLIS keeps the interval fixed.", _DAG,
+         null_means="a third of HEARTBEAT_TIMEOUT_MILLIS"),
     _int("CHECKPOINT_WINDOW_COUNT", 60, "Windows between two checkpoints of an operator.",
          _DAG_OP),
     _int("TIMEOUT_WINDOW_COUNT", 120,

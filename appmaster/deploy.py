@@ -47,6 +47,12 @@ class DeployMessages:
             cached = self._downstream_cache = (plan, key, plan.downstream_map())
         return cached[2]
 
+    def heartbeat_interval_millis(self) -> int:
+        """The heartbeat interval to ask containers for: the master's pacer's
+        (:class:`appmaster.pacing.HeartbeatPacer`, set as ``pacer``), else HEARTBEAT_INTERVAL_MILLIS."""
+        pacer = getattr(self, "pacer", None)
+        return pacer.interval_ms if pacer is not None else int(self.attr("HEARTBEAT_INTERVAL_MILLIS"))  # type: ignore[attr-defined]
+
     def init_context(self, container_id: str) -> proto.StreamingContainerContext:
         """A container's init context (a query: changes nothing).
 
@@ -60,7 +66,7 @@ class DeployMessages:
             raise UnknownContainer(container_id)
         ctx = proto.StreamingContainerContext(
             container_id=container_id, start_window_millis=self.start_window_millis,
-            heartbeat_interval_millis=int(self.attr("HEARTBEAT_INTERVAL_MILLIS")),
+            heartbeat_interval_millis=self.heartbeat_interval_millis(),
             streaming_window_size_millis=int(self.attr("STREAMING_WINDOW_SIZE_MILLIS")),
             checkpoint_window_count=int(self.attr("CHECKPOINT_WINDOW_COUNT")),
             deploy_buffer_server=True, app_id=self.app_id, app_name=self.spec.name,

@@ -29,6 +29,7 @@ from appmaster.housekeeping import Purger, tune_gc
 from appmaster.journallog import JournalWriter, read_journal
 from appmaster.launcher import ContainerRequest, Launcher
 from appmaster.listener import load_listener
+from appmaster.pacing import HeartbeatPacer
 from appmaster.reports import in_chunks
 from appmaster.server import UmbilicalServicer, create_server
 from appmaster.state import (AdoptContainer, AdoptContainers, ContainerExited, ContainersStopped,
@@ -74,6 +75,8 @@ class AppMaster(AddressFiles):
             self.state = MasterState.restore(spec, previous, app_path, token, now)
         else:
             self.state = MasterState(spec, app_id, app_path, token, now, now)
+        #: The heartbeat interval containers are asked for, stretched while answers queue (:mod:`appmaster.pacing`).
+        self.state.pacer = HeartbeatPacer.for_attributes(self.state.attr)
         self._journal_key: tuple | None = None
         #: The master's own writes that wait for space (the journal), and its time limit.
         self.pauses = space.Pauses(float(spec.attribute("DISK_FULL_TIMEOUT_SECS")))
@@ -326,7 +329,7 @@ class AppMaster(AddressFiles):
 
     # ------------------------------------------------------------ run
     def start(self) -> None:
-        servicer = UmbilicalServicer(self.dispatch, self.token, self.dispatch_many)
+        servicer = UmbilicalServicer(self.dispatch, self.token, self.dispatch_many, pacer=self.state.pacer)
         # only where callers are: 127.0.0.1 locally, the node's address on YARN (STRAM_BIND_HOST overrides)
         bind = os.environ.get("STRAM_BIND_HOST") or self.host
         self.tls_identity = self._tls_identity()

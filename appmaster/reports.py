@@ -210,6 +210,7 @@ class StateReports:
                     "committed_window": self.committed,
                     "containers": sum(1 for c in self.plan.containers.values() if c.state in ALIVE),
                     "operators": len(ops), "paused": dict(getattr(self, "paused", {})),
+                    "heartbeat_interval_millis": self.heartbeat_interval_millis(),  # type: ignore[attr-defined]
                     "failures": {label: {k: v for k, v in f.items() if k != "seen"}
                                  for label, f in sorted(self.failures.items(), key=lambda kv: kv[1]["millis"])}}
         return {
@@ -219,6 +220,7 @@ class StateReports:
             "committed_window": self.committed, "committed_window_hex": window_hex(self.committed),
             "containers": len([c for c in self.plan.containers.values() if c.state in ALIVE]),
             "operators": len(ops),
+            "heartbeat_interval_millis": self.heartbeat_interval_millis(),  # type: ignore[attr-defined]
             "throughput": {}, "recovery_checkpoints": {}, "restarts": {},
             "recoveries": self.recoveries, "attempt": self.attempt,
             "blocked": sorted(ops[o].label for o in self.blocked if o in ops),

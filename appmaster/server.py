@@ -68,9 +68,13 @@ class UmbilicalServicer(proto.StreamingContainerUmbilicalServicer):
     """
 
     def __init__(self, dispatch: Callable[[MasterEvent], Any], token: str,
-                 dispatch_many: Callable[[list[MasterEvent]], list[Any]] | None = None) -> None:
+                 dispatch_many: Callable[[list[MasterEvent]], list[Any]] | None = None,
+                 pacer: Any = None) -> None:
         self.dispatch = dispatch
         self.token = token
+        #: Told how long each heartbeat took from its arrival to its answer
+        #: (:class:`appmaster.pacing.HeartbeatPacer`); None: nobody.
+        self.pacer = pacer
         #: Handles a batch of events at once (:meth:`appmaster.dispatcher.Dispatcher.dispatch_many`):
         #: per event its reply or the exception it raised. Default: ``dispatch`` one by one.
         self.dispatch_many = dispatch_many or self._one_by_one
@@ -218,7 +222,11 @@ class AsyncUmbilical(proto.StreamingContainerUmbilicalServicer):
         return await self._run(self.servicer.ReportError, request, context)
 
     async def ProcessHeartbeat(self, request: Any, context: Any) -> Any:
-        return await self._run(self.servicer.ProcessHeartbeat, request, context)
+        began = time.monotonic()
+        answer = await self._run(self.servicer.ProcessHeartbeat, request, context)
+        if self.servicer.pacer is not None:
+            self.servicer.pacer.observe(time.monotonic() - began)
+        return answer
 
     async def HeartbeatStream(self, requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
         """One response per heartbeat, in order; a refused heartbeat ends the call with its status.
@@ -226,8 +234,12 @@ class AsyncUmbilical(proto.StreamingContainerUmbilicalServicer):
         The heartbeats of all streams that wait meanwhile are handled together (:class:`_Batches`).
         """
         call = _CallContext(context)
+        pacer = self.servicer.pacer
         async for request in requests:
+            began = time.monotonic()
             answer = await self.batches.submit(request, call)
+            if pacer is not None:
+                pacer.observe(time.monotonic() - began)
             if isinstance(answer, _Abort):
                 await context.abort(answer.code, answer.details)
             if isinstance(answer, BaseException):

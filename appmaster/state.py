@@ -278,7 +278,7 @@ class MasterState(DeployMessages, Recovery, Diagnose, StateReports, Ending):
         hb, now = ev.heartbeat, ev.now
         self.heartbeats += 1
         response = proto.ContainerHeartbeatResponse(
-            heartbeat_interval_millis=int(self.attr("HEARTBEAT_INTERVAL_MILLIS")))
+            heartbeat_interval_millis=self.heartbeat_interval_millis())
         container = self.plan.containers.get(hb.container_id)
         # a process that is not the one launched as this container (one an earlier master attempt
         # started but never recorded) must not speak for it: what it omits would leave the plan
@@ -402,6 +402,8 @@ class MasterState(DeployMessages, Recovery, Diagnose, StateReports, Ending):
             for entry in self.removed:
                 if entry["window"] is not None:  # removed after it shut down: its stream ended there
                     response.ended_upstreams[entry["id"]] = entry["window"]
+        if container.pending_deploy:  # its operators' first report ends the deploy: not paced
+            response.heartbeat_interval_millis = int(self.attr("HEARTBEAT_INTERVAL_MILLIS"))
         if container.pending_deploy and self._deployable(container):
             for op_id in sorted(container.pending_deploy):
                 op = self.plan.operators[op_id]

@@ -1,0 +1,183 @@
+"""Heartbeat pacing (appmaster.pacing): the interval stretches while answers queue, and comes back."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+import proto
+from appmaster.master import Dispatcher
+from appmaster.pacing import MIN_SLOW, QUICK_SECONDS, SLOW_SECONDS, HeartbeatPacer
+from appmaster.server import UmbilicalServicer, create_server
+from appmaster.spec import AppSpec
+from appmaster.state import (DeleteCheckpoints, Finish, Heartbeat, InitContextRequest, KillContainer,
+                             LaunchContainer, MasterState, Reply, Start)
+from container.secret import container_credential
+from container.umbilical import Umbilical
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "specdata"))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def run_period(pacer: HeartbeatPacer, clock: Clock, answers: list[float]) -> int:
+    """One period of ``answers`` (seconds each), the last one after the period ended; the interval then."""
+    for seconds in answers[:-1]:
+        pacer.observe(seconds)
+    clock.now += max(1.0, pacer.interval_ms / 1000) + 0.01
+    pacer.observe(answers[-1])
+    return pacer.interval_ms
+
+
+def test_slow_answers_stretch_the_interval_by_half_per_period_up_to_its_ceiling():
+    clock = Clock()
+    pacer = HeartbeatPacer(1000, 6000, clock)
+    slow = [SLOW_SECONDS * 4] * 10 + [0.001] * 90  # 10% slow: more than the 5% allowed
+    seen = [run_period(pacer, clock, slow) for _ in range(7)]
+    assert seen == [1500, 2250, 3375, 5062, 6000, 6000, 6000]
+
+
+def test_quick_answers_bring_it_back_to_the_configured_interval_and_no_lower():
+    clock = Clock()
+    pacer = HeartbeatPacer(1000, 6000, clock)
+    for _ in range(5):
+        run_period(pacer, clock, [1.0] * 20)
+    assert pacer.interval_ms == 6000
+    seen = [run_period(pacer, clock, [QUICK_SECONDS / 2] * 50) for _ in range(30)]
+    assert seen[0] == 5400 and seen == sorted(seen, reverse=True)
+    assert seen[-1] == 1000 and min(seen) == 1000
+
+
+def test_answers_neither_slow_nor_quick_hold_it_and_a_few_slow_ones_do_not_stretch_it():
+    clock = Clock()
+    pacer = HeartbeatPacer(1000, 6000, clock)
+    run_period(pacer, clock, [1.0] * 20)
+    assert pacer.interval_ms == 1500
+    between = (QUICK_SECONDS + SLOW_SECONDS) / 2
+    assert [run_period(pacer, clock, [between] * 50) for _ in range(5)] == [1500] * 5
+    few = [SLOW_SECONDS * 10] * 2 + [0.001] * 98  # 2%: a garbage collection, not a master behind
+    assert run_period(pacer, clock, few) == 1500
+
+
+def test_a_small_application_whose_few_answers_were_slow_keeps_its_interval():
+    clock = Clock()
+    pacer = HeartbeatPacer(1000, 10000, clock)
+    # three containers, every answer slow (each one deployed operators, say): not a master behind
+    assert [run_period(pacer, clock, [SLOW_SECONDS * 10] * (MIN_SLOW - 1)) for _ in range(5)] == [1000] * 5
+
+
+def test_a_period_lasts_at_least_one_interval():
+    clock = Clock()
+    pacer = HeartbeatPacer(1000, 30000, clock)
+    for _ in range(4):
+        run_period(pacer, clock, [1.0] * 20)
+    assert pacer.interval_ms == 5062
+    clock.now += 4.0  # less than the interval: the period goes on, whatever the answers
+    for _ in range(20):
+        pacer.observe(1.0)
+    assert pacer.interval_ms == 5062
+    clock.now += 1.1
+    pacer.observe(1.0)
+    assert pacer.interval_ms == 7593
+
+
+def test_the_ceiling_is_the_attribute_and_never_past_a_third_of_the_timeout():
+    def attrs(**values):
+        table = {"HEARTBEAT_INTERVAL_MILLIS": 1000, "HEARTBEAT_TIMEOUT_MILLIS": 30000,
+                 "HEARTBEAT_MAX_INTERVAL_MILLIS": None, **values}
+        return table.__getitem__
+    assert HeartbeatPacer.for_attributes(attrs()).max_ms == 10000
+    assert HeartbeatPacer.for_attributes(attrs(HEARTBEAT_MAX_INTERVAL_MILLIS=4000)).max_ms == 4000
+    assert HeartbeatPacer.for_attributes(attrs(HEARTBEAT_MAX_INTERVAL_MILLIS=60000)).max_ms == 10000
+    clock = Clock()
+    fixed = HeartbeatPacer.for_attributes(attrs(HEARTBEAT_MAX_INTERVAL_MILLIS=1000), clock)
+    assert [run_period(fixed, clock, [5.0] * 10) for _ in range(3)] == [1000] * 3
+
+
+SPEC = """
+name: paced
+attributes: {HEARTBEAT_INTERVAL_MILLIS: 1000}
+operators:
+  src: {class: spec_fixture_ops:Source}
+  out: {class: spec_fixture_ops:Sink}
+streams:
+  a: {from: src.output, to: [out.input]}
+"""
+T0 = 1_700_000_000_000
+
+
+def test_containers_are_asked_for_the_paced_interval_but_one_being_deployed_for_the_configured_one():
+    clock = Clock()
+    state = MasterState(AppSpec.from_yaml(SPEC), "app", "file:///tmp/paced", "tok", T0, T0)
+    state.pacer = HeartbeatPacer(1000, 10000, clock)
+    state.handle(Start(T0))
+    for _ in range(3):
+        run_period(state.pacer, clock, [1.0] * 10)
+    assert state.pacer.interval_ms == 3375
+    (cid, *_) = sorted(state.plan.containers)
+    (ctx,) = [i.value for i in state.handle(InitContextRequest(cid)) if isinstance(i, Reply)]
+    assert ctx.heartbeat_interval_millis == 3375
+
+    def beat(now: int, reports=()) -> proto.ContainerHeartbeatResponse:
+        hb = proto.ContainerHeartbeat(container_id=cid, buffer_server_host="h", buffer_server_port=1)
+        for op_id in reports:
+            hb.container_stats.operators.add(node_id=op_id, state=proto.OperatorHeartbeat.ACTIVE)
+        (response,) = [i.value for i in state.handle(Heartbeat(hb, now)) if isinstance(i, Reply)]
+        return response
+
+    first = beat(T0 + 10)
+    assert first.deploy_request and first.heartbeat_interval_millis == 1000  # its report ends the deploy
+    later = beat(T0 + 1000, [d.id for d in first.deploy_request])
+    assert not later.deploy_request and later.heartbeat_interval_millis == 3375
+    assert state.info(brief=True)["heartbeat_interval_millis"] == 3375
+
+
+class Recording:
+    def __init__(self) -> None:
+        self.seen: list[float] = []
+
+    def observe(self, seconds: float) -> None:
+        self.seen.append(seconds)
+
+    @property
+    def interval_ms(self) -> int:
+        return 1000
+
+
+def test_the_server_tells_the_pacer_how_long_each_streamed_heartbeat_took(tmp_path):
+    state = MasterState(AppSpec.from_yaml(SPEC), "app", f"file://{tmp_path}", "tok", T0, T0)
+    lock = threading.RLock()
+    dispatcher = Dispatcher(state, lock, dict.fromkeys((LaunchContainer, KillContainer, DeleteCheckpoints, Finish),
+                                                       lambda ins: None))
+    state.handle(Start(T0))
+    delay = [0.0]
+
+    def slow_many(events):
+        time.sleep(delay[0])
+        return dispatcher.dispatch_many(events)
+
+    pacer = Recording()
+    server, port = create_server(UmbilicalServicer(dispatcher.dispatch, "tok", slow_many, pacer=pacer),
+                                 host="127.0.0.1")
+    (tmp_path / "heartbeatUri").write_text(f"127.0.0.1:{port}")
+    (cid, *_) = sorted(state.plan.containers)
+    u = Umbilical(f"file://{tmp_path}", container_credential("tok", cid), timeout=5, container_id=cid)
+    try:
+        u.connect(wait=5)
+        hb = proto.ContainerHeartbeat(container_id=cid, buffer_server_host="127.0.0.1", buffer_server_port=1)
+        u.call("ProcessHeartbeat", hb)
+        delay[0] = 0.3
+        u.call("ProcessHeartbeat", hb)
+        assert u.streaming
+        assert len(pacer.seen) == 2 and pacer.seen[0] < 0.3 <= pacer.seen[1] < 5
+    finally:
+        u.close()
+        server.stop(None)
