@@ -23,6 +23,13 @@ agents), heartbeats/s, the master's CPU (of its process, apart from the
 harness's) and peak RSS, time and bytes per journal write, time per
 committed-window update, heartbeat timeouts the master declared, the admin
 API's ``operators`` page time, and a last line of ``name=value`` figures.
+``steady_p50_ms``/``steady_p99_ms`` count only the heartbeats begun once
+every operator was ACTIVE; ``master_answer_ms_*`` is a heartbeat's time from
+its arrival to its answer inside the master (what its pacer sees), apart from
+the harness and the transport; ``interval_ms`` is the heartbeat interval the
+master asked for at the end (:mod:`appmaster.pacing` stretches it while its
+answers queue, up to ``--max-interval-ms``; ``--max-interval-ms 1000`` keeps
+it at the configured 1 s).
 
 Plan size (issue 16, item 3): ``deploy_s`` is measured in the master's process
 (:func:`bench.heartbeat_master.watch`): seconds from when planning begins (the
@@ -61,6 +68,7 @@ import math
 import os
 import pathlib
 import random
+import re
 import secrets
 import shutil
 import signal
@@ -85,13 +93,14 @@ APP_ID = "application_0_0001"
 
 
 def spec_yaml(containers: int, operators: int, interval_ms: int, window_ms: int, checkpoint_count: int,
-              timeout_ms: int) -> str:
+              timeout_ms: int, max_interval_ms: int | None = None) -> str:
     """``containers`` CONTAINER_LOCAL chains of ``operators`` operators: one chain partition per container."""
     chains = max(1, math.ceil(containers / CHAIN_WIDTH))
     widths = [containers // chains + (1 if c < containers % chains else 0) for c in range(chains)]
     lines = ["name: heartbeat-load", "attributes:",
              f"  HEARTBEAT_INTERVAL_MILLIS: {interval_ms}", f"  STREAMING_WINDOW_SIZE_MILLIS: {window_ms}",
              f"  CHECKPOINT_WINDOW_COUNT: {checkpoint_count}", f"  HEARTBEAT_TIMEOUT_MILLIS: {timeout_ms}",
+             *([f"  HEARTBEAT_MAX_INTERVAL_MILLIS: {max_interval_ms}"] if max_interval_ms else []),
              "  RECOVERY_ATTEMPTS: 1000000", "operators:"]
     for c, width in enumerate(widths):
         for k in range(operators):
@@ -208,6 +217,15 @@ def run_master(app_dir: str, profile: bool, adopt: bool) -> int:
         return dispatch_many(events)
 
     master.dispatch_many = counted_many
+    answers: list[float] = []  # in the master: each heartbeat's arrival to its answer (what its pacer sees)
+    pacer = master.state.pacer
+    observe = pacer.observe
+
+    def timed_observe(seconds: float) -> None:
+        answers.append(seconds)
+        observe(seconds)
+
+    pacer.observe = timed_observe  # type: ignore[method-assign]
     profiler = None
     if profile:
         import cProfile
@@ -229,7 +247,7 @@ def run_master(app_dir: str, profile: bool, adopt: bool) -> int:
     figures.update(journal_writes=len(journal_times), journal_ms=_ms(journal_times), journal_bytes=journal_bytes,
                    committed_updates=len(committed_times), committed_ms=_ms(committed_times),
                    batches=len(batches), batch_mean=sum(batches) / len(batches) if batches else 0.0,
-                   batch_max=max(batches, default=0))
+                   batch_max=max(batches, default=0), answer_ms=_ms(answers))
     with open(os.path.join(sim, "master.json"), "w") as f:
         json.dump(figures, f)
     return 0
@@ -408,13 +426,15 @@ async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_eve
     await umbilical.close()
     with open(os.path.join(sim, f"agents-{index}.json"), "w") as f:
         json.dump({"latencies": latencies, "errors": errors, "details": details, "containers": len(containers),
-                   "after_restart": heartbeat_master.split_latencies(latencies, starts, sim)}, f)
+                   "after_restart": heartbeat_master.split_latencies(latencies, starts, sim),
+                   "starts": starts}, f)
 
 
 # ---------------------------------------------------------------- the run
 
 def measure(containers: int, operators: int, seconds: float, procs: int, interval_ms: int, lose_every: float,
-            profile: bool, keep: bool, restart_at: float = 0.0, unary: bool = False) -> dict[str, Any]:
+            profile: bool, keep: bool, restart_at: float = 0.0, unary: bool = False,
+            max_interval_ms: int | None = None) -> dict[str, Any]:
     import psutil
 
     from appmaster.adminhttp import request_json
@@ -423,7 +443,7 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
     sim = os.path.join(app_dir, SIM)
     os.makedirs(sim)
     with open(os.path.join(app_dir, "spec.yaml"), "w") as f:
-        f.write(spec_yaml(containers, operators, interval_ms, 500, 10, 30_000))
+        f.write(spec_yaml(containers, operators, interval_ms, 500, 10, 30_000, max_interval_ms))
     token = secrets.token_hex(16)
     for path in (os.path.join(sim, "token"), os.path.join(app_dir, "token")):  # the harness's; the CLI's
         with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
@@ -469,28 +489,37 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
     master.stop()
     latencies: list[float] = []
     after: list[float] = []
+    mfig = heartbeat_master.read_json(os.path.join(sim, "master.json"))  # the last attempt's
+    first, second = (heartbeat_master.read_json(os.path.join(sim, f"progress-{n}.json")) for n in (1, 2))
     errors: dict[str, int] = {}
     details: list[str] = []
+    deployed_at = first.get("deployed_at")  # wall clock; heartbeats begun later are the steady state's
+    steady: list[float] = []
     for i in range(procs):
         with open(os.path.join(sim, f"agents-{i}.json")) as f:
             doc = json.load(f)
         latencies += doc["latencies"]
         after += doc["after_restart"]
+        if deployed_at is not None:
+            steady += [lat for lat, began in zip(doc["latencies"], doc["starts"]) if began >= deployed_at]
         details += doc["details"][:3]
         for k, v in doc["errors"].items():
             errors[k] = errors.get(k, 0) + v
-    mfig = heartbeat_master.read_json(os.path.join(sim, "master.json"))  # the last attempt's
-    first, second = (heartbeat_master.read_json(os.path.join(sim, f"progress-{n}.json")) for n in (1, 2))
     log_text = open(os.path.join(app_dir, "master.log"), errors="replace").read()
     timeouts = log_text.count("no heartbeat from")
     latencies.sort()
     after.sort()
+    steady.sort()
+    paced = re.findall(r"heartbeat interval (\d+) ms", open(os.path.join(app_dir, "master.log"), errors="replace").read())
     pick = lambda q, xs=latencies: 1000 * xs[min(len(xs) - 1, int(q * len(xs)))] if xs else 0.0  # noqa: E731
     result = {
         "containers": containers, "operators": operators * containers, "seconds": round(wall, 1),
         "transport": "unary" if unary else "stream",
         "heartbeats": len(latencies), "heartbeats_per_s": round(len(latencies) / wall, 1),
         "p50_ms": round(pick(0.50), 2), "p99_ms": round(pick(0.99), 2), "max_ms": round(pick(1.0), 2),
+        # heartbeats begun once every operator was ACTIVE, and the interval the master asked for at the end
+        "steady_heartbeats": len(steady), "steady_p50_ms": round(pick(0.50, steady), 2),
+        "steady_p99_ms": round(pick(0.99, steady), 2), "interval_ms": int(paced[-1]) if paced else interval_ms,
         "errors": sum(errors.values()), "error_codes": errors, "first_errors": details, "timeouts": timeouts,
         "master_cpu_pct": round(100 * cpu / wall, 1),
         "master_rss_mb": round(master.peak_rss / (1 << 20), 1),
@@ -501,6 +530,8 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
         "journal_kb": round(mfig.get("journal_bytes", 0) / 1024, 1),
         "journal_snapshots": mfig.get("journal_snapshots", 0), "journal_lines": mfig.get("journal_lines", 0),
         "batch_mean": round(mfig.get("batch_mean", 0.0), 1), "batch_max": mfig.get("batch_max", 0),
+        "master_answer_ms_mean": round(mfig.get("answer_ms", {}).get("mean", 0.0), 2),
+        "master_answer_ms_p99": round(mfig.get("answer_ms", {}).get("p99", 0.0), 2),
         "committed_ms_mean": round(mfig.get("committed_ms", {}).get("mean", 0.0), 3),
         "committed_ms_max": round(mfig.get("committed_ms", {}).get("max", 0.0), 3),
         "admin_operators_ms": round(statistics.median(admin_ms), 1) if admin_ms else None,
@@ -542,7 +573,11 @@ def report(r: dict[str, Any]) -> None:
           f"journal {r['journal_writes']} writes of {r['journal_kb']} KB, {r['journal_ms_mean']} ms mean / "
           f"{r['journal_ms_p99']} ms p99; committed-window update {r['committed_ms_mean']} ms mean / "
           f"{r['committed_ms_max']} ms max; admin operators page {r['admin_operators_ms']} ms; "
-          f"heartbeats per batch {r['batch_mean']} mean, {r['batch_max']} max")
+          f"heartbeats per batch {r['batch_mean']} mean, {r['batch_max']} max; a heartbeat's arrival to its "
+          f"answer in the master {r['master_answer_ms_mean']} ms mean / {r['master_answer_ms_p99']} ms p99")
+    print(f"  steady state (heartbeats begun once every operator was ACTIVE): p50 {r['steady_p50_ms']} ms, "
+          f"p99 {r['steady_p99_ms']} ms over {r['steady_heartbeats']}; heartbeat interval at the end "
+          f"{r['interval_ms']} ms (appmaster.pacing)")
     print(f"  deploy: every operator ACTIVE {r['deploy_s']} s after planning began "
           f"({r['deploy_from_process_start_s']} s after the master's process started); "
           f"`stram list-operators` {r['list_operators_s']} s ({r['list_operators_rows']} rows)")
@@ -561,6 +596,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=60, help="seconds of heartbeats per configuration")
     parser.add_argument("--procs", type=int, default=2, help="agent processes (default 2)")
     parser.add_argument("--interval-ms", type=int, default=1000, help="HEARTBEAT_INTERVAL_MILLIS (default 1000)")
+    parser.add_argument("--max-interval-ms", type=int, metavar="MS",
+                        help="HEARTBEAT_MAX_INTERVAL_MILLIS (default: the attribute's, a third of the timeout; "
+                             "the --interval-ms value keeps the interval fixed)")
     parser.add_argument("--lose-every", type=float, default=0.0, metavar="S",
                         help="let a simulated container die every S seconds per agent process (default never)")
     parser.add_argument("--profile", action="store_true", help="cProfile the master (prints the file)")
@@ -584,7 +622,7 @@ def main() -> int:
         return 0
     for containers in ([args.containers] if args.containers else [100, 500, 2000]):
         report(measure(containers, args.operators, args.seconds, args.procs, args.interval_ms, args.lose_every,
-                       args.profile, args.keep, args.restart_at, args.unary))
+                       args.profile, args.keep, args.restart_at, args.unary, args.max_interval_ms))
     return 0
 
 

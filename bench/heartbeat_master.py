@@ -116,7 +116,7 @@ def watch(master: Any, sim: str, construct_seconds: float, planned_at: float) ->
     def poll() -> None:
         while not master.finished.is_set():
             if resumed():
-                figures.update(deploy_s=time.perf_counter() - planned_at,
+                figures.update(deploy_s=time.perf_counter() - planned_at, deployed_at=time.time(),
                                since_process_start_s=time.time() - created,
                                launched=getattr(master.launcher, "launched", 0),
                                lost=getattr(master.launcher, "lost", 0))
