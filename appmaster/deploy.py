@@ -21,8 +21,8 @@ __all__ = ["DAG_ATTRIBUTES", "DeployMessages"]
 #: The DAG attributes sent in every init context (an agent takes any other from the attribute table).
 DAG_ATTRIBUTES = (
     "STREAMING_WINDOW_SIZE_MILLIS", "HEARTBEAT_INTERVAL_MILLIS", "HEARTBEAT_TIMEOUT_MILLIS",
-    "HEARTBEAT_MAX_INTERVAL_MILLIS", "CHECKPOINT_WINDOW_COUNT", "TIMEOUT_WINDOW_COUNT", "PROCESSING_MODE", "RECOVERY_ATTEMPTS",
-    "BUFFER_MEMORY_MB", "BUFFER_SPOOLING", "CONTAINERS_MAX_COUNT", "CONTAINER_MEMORY_MB",
+    "HEARTBEAT_MAX_INTERVAL_MILLIS", "CHECKPOINT_WINDOW_COUNT", "TIMEOUT_WINDOW_COUNT", "PROCESSING_MODE",
+    "RECOVERY_ATTEMPTS", "BUFFER_MEMORY_MB", "BUFFER_SPOOLING", "CONTAINERS_MAX_COUNT", "CONTAINER_MEMORY_MB",
     "BLOCK_INTERVAL_MILLIS", "RECEIVER_WAL", "RECEIVER_MAX_RESTARTS", "DEBUG",
     "RETRY_DETERMINISTIC_FAILURES", "DISK_FULL_TIMEOUT_SECS", "END_TIMEOUT_SECS",
 )
@@ -36,6 +36,8 @@ class DeployMessages:
 
     plan: Any
     token: str
+    #: The master's :class:`appmaster.pacing.HeartbeatPacer` (None: the configured interval, always).
+    pacer: Any = None
 
     def _downstream_map(self) -> dict[int, list[int]]:
         """The plan's :meth:`~appmaster.plan.PhysicalPlan.downstream_map`, kept while its shape
@@ -48,10 +50,10 @@ class DeployMessages:
         return cached[2]
 
     def heartbeat_interval_millis(self) -> int:
-        """The heartbeat interval to ask containers for: the master's pacer's
-        (:class:`appmaster.pacing.HeartbeatPacer`, set as ``pacer``), else HEARTBEAT_INTERVAL_MILLIS."""
-        pacer = getattr(self, "pacer", None)
-        return pacer.interval_ms if pacer is not None else int(self.attr("HEARTBEAT_INTERVAL_MILLIS"))  # type: ignore[attr-defined]
+        """The heartbeat interval to ask containers for: the pacer's, else HEARTBEAT_INTERVAL_MILLIS."""
+        if self.pacer is not None:
+            return self.pacer.interval_ms
+        return int(self.attr("HEARTBEAT_INTERVAL_MILLIS"))  # type: ignore[attr-defined]
 
     def init_context(self, container_id: str) -> proto.StreamingContainerContext:
         """A container's init context (a query: changes nothing).

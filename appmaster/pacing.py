@@ -77,8 +77,6 @@ class HeartbeatPacer:
         self._answers = 0
         self._slow = 0
         self._slowest = 0.0
-        #: The slowest answer (seconds) of the last period that ended, for the admin API and the log.
-        self.last_slowest = 0.0
 
     @classmethod
     def for_attributes(cls, attr: Callable[[str], object], clock: Callable[[], float] = time.monotonic
@@ -112,7 +110,6 @@ class HeartbeatPacer:
             self._interval = min(float(self.max_ms), before * GROW)
         elif not self._slow:
             self._interval = max(float(self.base_ms), before * SHRINK)
-        self.last_slowest = self._slowest
         if int(self._interval) != int(before) and (self._interval in (self.base_ms, self.max_ms)
                                                    or self._interval > before):
             log.info("heartbeat interval %d ms (configured %d ms): %d of %d answers took over %d ms, "

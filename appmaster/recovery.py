@@ -55,6 +55,9 @@ class Recovery:
     failures: dict[str, dict[str, Any]]
     #: container id -> what its writes wait for (no space left), from its heartbeats
     paused: dict[str, str]
+    #: When every operator was last scanned for blocked ones, and the least time until the next scan.
+    _blocked_scanned: int | None = None
+    _blocked_every = 0
 
     def _operator_failed(self, container: PTContainer, op: PTOperator, ohb: proto.OperatorHeartbeat,
                          now: int) -> list[Instruction]:
@@ -200,14 +203,15 @@ class Recovery:
         return instructions + self._resolve_blocked(now)  # restarts it, its stack in its last error
 
     def _find_blocked(self, now: int) -> None:
-        """Mark the operators that finished no window for TIMEOUT_WINDOW_COUNT windows (each is asked for its stack).
+        """Mark the operators that finished no window for TIMEOUT_WINDOW_COUNT windows (each is
+        asked for its stack).
 
         Every operator is looked at, so not at every tick: at most every :data:`BLOCKED_SCAN_MILLIS`,
         and at least four times within the shortest timeout seen in the last scan (a tick comes every
         0.2 s; at 20,000 operators a scan takes 8-13 ms of the master's interpreter).
         """
-        last = getattr(self, "_blocked_scanned", None)
-        if last is not None and 0 <= now - last < getattr(self, "_blocked_every", 0):
+        last = self._blocked_scanned
+        if last is not None and 0 <= now - last < self._blocked_every:
             return
         self._blocked_scanned = now
         window_ms = int(self.attr("STREAMING_WINDOW_SIZE_MILLIS"))

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import collections
 import json
-import time
 import operator
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
@@ -84,6 +84,8 @@ class OperatorTotals:
 
 #: Operators a reader copies per hold of the master's lock (the operators page, get-app-info).
 COPY_CHUNK = 500
+#: How long a chunked reader of the state lets a waiting writer take the master's lock.
+YIELD_SECONDS = 0.001
 
 
 def in_chunks(lock: Any, ops: list[Any], copy: Callable[[list[Any]], Any]) -> Iterator[Any]:
@@ -101,9 +103,6 @@ def in_chunks(lock: Any, ops: list[Any], copy: Callable[[list[Any]], Any]) -> It
         with lock:
             yield copy(ops[i:i + COPY_CHUNK])
 
-
-#: How long a chunked reader of the state lets a waiting writer take the master's lock.
-YIELD_SECONDS = 0.001
 
 #: Containers with a process the master asked for and may still have to stop.
 ALIVE = (ContainerState.PENDING, ContainerState.RUNNING)

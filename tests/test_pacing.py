@@ -41,6 +41,13 @@ SLOW = SLOW_SECONDS * 4
 QUICK = SLOW_SECONDS / 4
 
 
+def stretch(pacer: HeartbeatPacer, clock: Clock, periods: int) -> int:
+    """``periods`` periods of slow answers only; the interval then."""
+    for _ in range(periods):
+        run_period(pacer, clock, [SLOW] * MIN_SLOW)
+    return pacer.interval_ms
+
+
 def test_slow_answers_stretch_the_interval_by_half_per_period_up_to_its_ceiling():
     clock = Clock()
     pacer = HeartbeatPacer(1000, 6000, clock)
@@ -52,9 +59,7 @@ def test_slow_answers_stretch_the_interval_by_half_per_period_up_to_its_ceiling(
 def test_answers_none_of_them_slow_bring_it_back_to_the_configured_interval_and_no_lower():
     clock = Clock()
     pacer = HeartbeatPacer(1000, 6000, clock)
-    for _ in range(5):
-        run_period(pacer, clock, [SLOW] * MIN_SLOW)
-    assert pacer.interval_ms == 6000
+    assert stretch(pacer, clock, 5) == 6000
     seen = [run_period(pacer, clock, [SLOW_SECONDS * 0.9] * 500) for _ in range(30)]
     assert seen[0] == 5400 and seen == sorted(seen, reverse=True)
     assert seen[-1] == 1000 and min(seen) == 1000
@@ -63,8 +68,7 @@ def test_answers_none_of_them_slow_bring_it_back_to_the_configured_interval_and_
 def test_a_few_slow_answers_hold_it_where_it_is():
     clock = Clock()
     pacer = HeartbeatPacer(1000, 6000, clock)
-    run_period(pacer, clock, [SLOW] * MIN_SLOW)
-    assert pacer.interval_ms == 1500
+    assert stretch(pacer, clock, 1) == 1500
     # 2% slow, a garbage collection, not a master behind: neither stretched nor shrunk
     few = [SLOW] * MIN_SLOW + [QUICK] * (49 * MIN_SLOW)
     assert [run_period(pacer, clock, few) for _ in range(5)] == [1500] * 5
@@ -80,9 +84,7 @@ def test_a_small_application_whose_few_answers_were_slow_keeps_its_interval():
 def test_a_period_lasts_at_least_one_interval():
     clock = Clock()
     pacer = HeartbeatPacer(1000, 30000, clock)
-    for _ in range(4):
-        run_period(pacer, clock, [SLOW] * MIN_SLOW)
-    assert pacer.interval_ms == 5062
+    assert stretch(pacer, clock, 4) == 5062
     clock.now += 4.0  # less than the interval: the period goes on, whatever the answers
     for _ in range(MIN_SLOW):
         pacer.observe(SLOW)
@@ -107,7 +109,7 @@ def test_the_ceiling_is_the_attribute_and_never_past_a_third_of_the_timeout():
     assert HeartbeatPacer.for_attributes(state.attr).max_ms == 2500
     clock = Clock()
     fixed = HeartbeatPacer.for_attributes(attrs(HEARTBEAT_MAX_INTERVAL_MILLIS=1000), clock)
-    assert [run_period(fixed, clock, [SLOW] * MIN_SLOW) for _ in range(3)] == [1000] * 3
+    assert [stretch(fixed, clock, 1) for _ in range(3)] == [1000] * 3
 
 
 SPEC = """
@@ -127,9 +129,7 @@ def test_containers_are_asked_for_the_paced_interval_but_one_being_deployed_for_
     state = MasterState(AppSpec.from_yaml(SPEC), "app", "file:///tmp/paced", "tok", T0, T0)
     state.pacer = HeartbeatPacer(1000, 10000, clock)
     state.handle(Start(T0))
-    for _ in range(3):
-        run_period(state.pacer, clock, [SLOW] * MIN_SLOW)
-    assert state.pacer.interval_ms == 3375
+    assert stretch(state.pacer, clock, 3) == 3375
     (cid, *_) = sorted(state.plan.containers)
     (ctx,) = [i.value for i in state.handle(InitContextRequest(cid)) if isinstance(i, Reply)]
     assert ctx.heartbeat_interval_millis == 3375
