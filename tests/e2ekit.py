@@ -108,6 +108,11 @@ def kill_container_of(app_id: str, label_prefix: str, timeout: float = 30.0) -> 
         return None
     container, pid = wait_until(find, timeout, what=f"the container of {label_prefix}")
     os.kill(pid, signal.SIGKILL)
-    wait_until(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE,
-               10, what=f"{container} to die")
+
+    def dead() -> bool:
+        try:
+            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:  # gone, even between a look-up and a read of its status
+            return True
+    wait_until(dead, 10, what=f"{container} to die")
     return container
