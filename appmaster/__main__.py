@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import sys
+from typing import Any
 
 from container import apppath, fs, kerberos, logsetup
 from container.secret import read_token_file
@@ -34,13 +35,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: the master refuses to start: {refused}", file=sys.stderr)
         return 1
     fs.keep_private(args.app_path)
+    local_app_dir = fs.local_path(args.app_path)
     log_dir = os.environ.get("STRAM_LOG_DIR") or (
-        os.path.join(fs.resolve(args.app_path)[1], apppath.LOGS) if "://" not in args.app_path
-        or args.app_path.startswith("file://") else apppath.LOGS)
+        os.path.join(local_app_dir, apppath.LOGS) if local_app_dir is not None else apppath.LOGS)
     os.makedirs(log_dir, exist_ok=True)
     # one copy of each line, in a rotating file; stdout/stderr (master.out) keep what is not logging
     logsetup.configure(os.path.join(log_dir, "master.log"), os.environ.get("STRAM_LOG_LEVEL", "INFO"))
     kerberos.keep_ticket()
+    prestarted = _prestart_first_container(args, log_dir)  # its start overlaps this one's imports
     from appmaster.errors import StramError
     from appmaster.master import AppMaster, install_signal_handlers
     from appmaster.spec import AppSpec
@@ -52,10 +54,12 @@ def main(argv: list[str] | None = None) -> int:
             launcher = YarnLauncher.from_current()
         else:
             from appmaster.launcher import LocalLauncher
-            launcher = LocalLauncher(log_dir, app_id=args.app_id)
+            launcher = prestarted or LocalLauncher(log_dir, app_id=args.app_id)
         master = AppMaster(spec, args.app_id, args.app_path, token, launcher, tune_gc=True)
     except StramError as exc:  # a bad spec, no YARN container, a journal this stram cannot resume from
         logging.getLogger("appmaster").error("cannot run application %s: %s", args.app_id, exc)
+        if prestarted is not None:
+            prestarted.release_held()
         return 1
     install_signal_handlers(master)
     try:
@@ -70,6 +74,21 @@ def main(argv: list[str] | None = None) -> int:
             os._exit(1)
     logging.getLogger("appmaster").info("application %s ended %s", args.app_id, state)
     return 0 if state == "SUCCEEDED" else 1
+
+
+def _prestart_first_container(args: argparse.Namespace, log_dir: str) -> Any:
+    """A local launcher that has already started the first container of a fresh application
+    (no journal yet), held until the plan asks for it (``LocalLauncher.prestart``); None when
+    containers run elsewhere, or the application resumes (its containers are known)."""
+    if args.launcher != "local" or os.environ.get("STRAM_PRESTART", "1") == "0":
+        return None
+    journal = fs.local_path(apppath.journal(args.app_path))
+    if journal is None or os.path.exists(journal):
+        return None
+    from appmaster.launcher import FIRST_CONTAINER_ID, LocalLauncher, container_request_env
+    launcher = LocalLauncher(log_dir, app_id=args.app_id)
+    launcher.prestart(FIRST_CONTAINER_ID, container_request_env(FIRST_CONTAINER_ID, args.app_path, args.app_id))
+    return launcher
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
 """The files through which others find a running master: ``admin.json`` and ``heartbeatUri``.
 
 A new container finds its master only through ``heartbeatUri`` and the CLI
-finds the admin API through ``admin.json``, so the master writes both once
-everything serves, checks them every few seconds (rewriting one that is
-missing or stale), and, on a full disk, waits for space to write them as its
-journal does instead of dying attempt after attempt.
+finds the admin API through ``admin.json``. The master writes each once what
+it names serves (a first attempt writes ``heartbeatUri`` before it starts its
+admin API; a later one, after it has taken over the containers), checks them
+every few seconds (rewriting one that is missing or stale), and, on a full
+disk, waits for space to write them as its journal does instead of dying
+attempt after attempt.
 """
 
 from __future__ import annotations
@@ -51,6 +53,14 @@ class AddressFiles:
                 return f"killed while {what} waited for space: {exc}"
             raise
 
+    def write_heartbeat_uri(self) -> None:
+        """Write ``heartbeatUri`` alone, ahead of :meth:`_write_address_files` (which writes it
+        again if this could not: a full disk)."""
+        try:
+            fs.write_atomic(apppath.file(self.app_path, apppath.HEARTBEAT_URI), self._umbilical_address())
+        except OSError as exc:
+            log.warning("could not write heartbeatUri yet (written again once the admin API serves): %s", exc)
+
     def address_files(self) -> dict[str, bytes]:
         """What ``admin.json`` and ``heartbeatUri`` hold while this master runs."""
         import psutil
@@ -60,7 +70,10 @@ class AddressFiles:
         if proxy_url and proxy_url != self.admin_url:
             admin["proxy_url"] = proxy_url  # the plain listener for YARN's web proxy
         return {apppath.ADMIN: json.dumps(admin).encode(),
-                apppath.HEARTBEAT_URI: f"{self.host}:{self.port}".encode()}
+                apppath.HEARTBEAT_URI: self._umbilical_address()}
+
+    def _umbilical_address(self) -> bytes:
+        return f"{self.host}:{self.port}".encode()
 
     def keep_address_files(self, force: bool = False) -> list[str]:
         """Write ``admin.json`` and ``heartbeatUri`` (in that order) where they are missing or

@@ -21,12 +21,24 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import psutil
 
 from appmaster import liveness
 
 log = logging.getLogger("appmaster.launcher")
+
+#: Set in the environment of a container process started ahead of the plan: it imports what it
+#: needs, then waits for a line on stdin ("go": run; end of file: exit) (:meth:`LocalLauncher.prestart`).
+HOLD = "STRAM_HOLD"
+#: The first container a fresh plan asks for (:class:`appmaster.plan.PhysicalPlan`'s numbering).
+FIRST_CONTAINER_ID = "container_000001"
+
+
+def container_request_env(container_id: str, app_path: str, app_id: str) -> dict[str, str]:
+    """What the master puts in a container's environment, whatever launches it."""
+    return {"STRAM_CONTAINER_ID": container_id, "STRAM_APP_PATH": app_path, "STRAM_APP_ID": app_id}
 
 
 @dataclass
@@ -92,27 +104,95 @@ class LocalLauncher(Launcher):
         self.processes: dict[str, subprocess.Popen] = {}
         #: Containers a new attempt could not take over: reported ended by poll().
         self._lost: list[tuple[str, int | None]] = []
+        #: Processes started ahead of the plan (:meth:`prestart`) and the environment they have.
+        self._held: dict[str, tuple[subprocess.Popen, dict[str, str]]] = {}
+        #: Held processes let go, not yet seen to exit.
+        self._released: list[subprocess.Popen] = []
         os.makedirs(log_dir, exist_ok=True)
 
-    def launch(self, request: ContainerRequest) -> tuple[int, float] | None:
+    def _env(self, request_env: dict[str, str], container_id: str) -> dict[str, str]:
         env = dict(os.environ)
         # secrets travel as files, never in the environment; and the master's token file is the
         # master's alone (a container reads its own credential, container.secret)
         for name in ("STRAM_TOKEN", "STRAM_TOKEN_FILE"):
             env.pop(name, None)
-        env.update(request.env)
+        env.update(request_env)
         env["STRAM_HOST"] = "127.0.0.1"
-        env["STRAM_WORK_DIR"] = os.path.join(os.path.dirname(self.log_dir), "work", request.container_id)
+        env["STRAM_WORK_DIR"] = os.path.join(os.path.dirname(self.log_dir), "work", container_id)
         env.setdefault("PYTHONPATH", self.cwd)
-        stop_strays(request.env.get("STRAM_APP_ID", ""), request.container_id)
         # the agent logs to <container>.log itself (rotating); <container>.out catches a crash's traceback
         env["STRAM_LOG_DIR"] = self.log_dir
-        out = open(os.path.join(self.log_dir, f"{request.container_id}.out"), "ab")
-        proc = subprocess.Popen([sys.executable, "-m", "container"], env=env, cwd=self.cwd,
-                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        out.close()
+        return env
+
+    def _spawn(self, container_id: str, env: dict[str, str], stdin: Any) -> subprocess.Popen:
+        out = open(os.path.join(self.log_dir, f"{container_id}.out"), "ab")
+        try:
+            return subprocess.Popen([sys.executable, "-m", "container"], env=env, cwd=self.cwd,
+                                    stdout=out, stderr=subprocess.STDOUT, stdin=stdin)
+        finally:
+            out.close()
+
+    def prestart(self, container_id: str, request_env: dict[str, str]) -> None:
+        """Start the process of a container the master is about to plan, held before it reads
+        its credential (``STRAM_HOLD``): its interpreter starts and its imports run while the
+        master starts. :meth:`launch` of the same container with the same environment lets it
+        go on; any other use releases it (it exits at once, unseen)."""
+        env = self._env(request_env, container_id)
+        try:
+            self._held[container_id] = (self._spawn(container_id, dict(env, **{HOLD: "1"}), subprocess.PIPE), env)
+        except OSError as exc:  # launch() starts it the usual way
+            log.warning("could not start %s ahead of the plan: %s", container_id, exc)
+
+    def release_held(self, wait: float = 5.0) -> None:
+        """Let every held process exit (its pipe closes: none of them is launched), waiting up
+        to ``wait`` seconds for them (:meth:`poll` reaps those that take longer)."""
+        for proc, _ in self._held.values():
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+            self._released.append(proc)
+        self._held.clear()
+        deadline = time.monotonic() + wait
+        for proc in self._released:
+            try:
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                if not wait:
+                    continue
+                proc.kill()
+                proc.wait()
+        self._released = [proc for proc in self._released if proc.returncode is None]
+
+    def _held_for(self, container_id: str, env: dict[str, str]) -> subprocess.Popen | None:
+        """The held process for ``container_id`` if it has exactly ``env``; every other is released."""
+        held = self._held.pop(container_id, None)
+        self.release_held(wait=0)  # the plan is not the one guessed: they would only wait
+        if held is not None and held[0].poll() is None and held[1] == env:
+            return held[0]
+        if held is not None:
+            self._held[container_id] = held
+            self.release_held(wait=0)
+        return None
+
+    def launch(self, request: ContainerRequest) -> tuple[int, float] | None:
+        env = self._env(request.env, request.container_id)
+        held = self._held_for(request.container_id, env)
+        stop_strays(request.env.get("STRAM_APP_ID", ""), request.container_id,
+                    spare=held.pid if held is not None else None)
+        proc = held
+        if held is not None:
+            try:  # it goes on: it reads its credential (written) and finds the master
+                held.stdin.write(b"go\n")
+                held.stdin.close()
+            except OSError:  # it died meanwhile: started anew
+                held.wait()
+                proc = held = None
+        if proc is None:
+            proc = self._spawn(request.container_id, env, subprocess.DEVNULL)
         self.processes[request.container_id] = proc
-        log.info("launched %s as pid %d", request.container_id, proc.pid)
+        log.info("launched %s as pid %d%s", request.container_id, proc.pid,
+                 " (started ahead of the plan)" if held is not None else "")
         try:  # our child: its pid is not reused before we reap it
             return proc.pid, psutil.Process(proc.pid).create_time()
         except psutil.Error:
@@ -146,6 +226,7 @@ class LocalLauncher(Launcher):
 
     def poll(self) -> list[tuple[str, int | None]]:
         ended, self._lost = self._lost, []
+        self._released = [proc for proc in self._released if proc.poll() is None]
         for cid, proc in list(self.processes.items()):
             code = proc.poll()
             if code is not None:
@@ -157,6 +238,7 @@ class LocalLauncher(Launcher):
         return list(self.processes)
 
     def stop_all(self, grace: float = 5.0) -> None:
+        self.release_held()
         for proc in self.processes.values():
             if proc.poll() is None:
                 proc.terminate()
@@ -197,13 +279,14 @@ def proven_container(pid: int, started: float, container_id: str,
     return proc
 
 
-def stop_strays(app_id: str, container_id: str) -> int:
+def stop_strays(app_id: str, container_id: str, spare: int | None = None) -> int:
     """SIGKILL every live process that carries ``STRAM_APP_ID=<app_id>`` and
     ``STRAM_CONTAINER_ID=<container_id>`` in its environment; how many there were.
 
     Called before a container is launched: such a process is one an earlier master
     attempt started but died before recording (so the new attempt launches the
-    container again), and two processes must never speak for one container.
+    container again), and two processes must never speak for one container. ``spare``:
+    the pid of this master's own process for it, started ahead (:meth:`LocalLauncher.prestart`).
     """
     if not app_id:
         return 0
@@ -212,7 +295,8 @@ def stop_strays(app_id: str, container_id: str) -> int:
         try:
             if proc.info["cmdline"] and proc.info["cmdline"][-2:] == ["-m", "container"]:
                 env = proc.environ()
-                if env.get("STRAM_APP_ID") == app_id and env.get("STRAM_CONTAINER_ID") == container_id:
+                if (env.get("STRAM_APP_ID") == app_id and env.get("STRAM_CONTAINER_ID") == container_id
+                        and proc.pid != spare):
                     proc.kill()
                     strays.append(proc)
         except psutil.Error:

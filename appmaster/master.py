@@ -27,7 +27,7 @@ from appmaster.dispatcher import Dispatcher
 from appmaster.events import DiskFull, MasterPaused, Resumed
 from appmaster.housekeeping import Purger, tune_gc
 from appmaster.journallog import JournalWriter, read_journal
-from appmaster.launcher import ContainerRequest, Launcher
+from appmaster.launcher import ContainerRequest, Launcher, container_request_env
 from appmaster.listener import load_listener
 from appmaster.pacing import HeartbeatPacer
 from appmaster.reports import in_chunks
@@ -196,8 +196,7 @@ class AppMaster(AddressFiles):
         # its own credential, never the application's token (container.secret)
         fs.write_atomic(apppath.credential(self.app_path, ins.container_id),
                         container_credential(self.token, ins.container_id).encode())
-        env = {"STRAM_CONTAINER_ID": ins.container_id, "STRAM_APP_PATH": self.app_path,
-               "STRAM_APP_ID": self.app_id}
+        env = container_request_env(ins.container_id, self.app_path, self.app_id)
         started = self.launcher.launch(ContainerRequest(ins.container_id, ins.memory_mb, ins.vcores,
                                                         ins.hosts, env))
         while started is not None:  # journaled: a later attempt takes over this process, and no other
@@ -335,9 +334,11 @@ class AppMaster(AddressFiles):
         self.tls_identity = self._tls_identity()
         self.server, self.port = create_server(servicer, host=bind, port=0, tls_identity=self.tls_identity)
         if self.state.attempt == 1:
-            # the first attempt launches its containers now: their start-up (a new interpreter, its
-            # imports) overlaps the admin API's; they find the master once heartbeatUri is written
+            # the first attempt launches its containers now, and tells them where it is: their
+            # start-up (a new interpreter, its imports) overlaps the admin API's. A later attempt
+            # writes heartbeatUri only once it has taken over the containers that will read it.
             self._dispatch_first(Start(_now()))
+            self.write_heartbeat_uri()
         from appmaster.admin import base_url, start_admin
         register = getattr(self.launcher, "register_ui", None)  # YARN's: its web proxy speaks plain HTTP
         self.admin, self.admin_url = start_admin(self, self.host, bind, tls=self.tls_identity,

@@ -11,8 +11,22 @@ from container import logsetup
 from container.agent import Agent, MasterGone
 
 
+def _wait_to_go() -> bool:
+    """A process started ahead of the plan (``STRAM_HOLD``): finish the imports, then wait
+    for the master's word on stdin. True: go on as the container; False: not needed, exit."""
+    from container import fs
+    fs.pafs.FileType  # noqa: B018 - pyarrow.fs, imported now rather than after the go
+    go = sys.stdin.buffer.readline().strip() == b"go"
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)  # as a container launched at once has it
+    os.close(devnull)
+    return go
+
+
 def main() -> int:
     os.umask(0o077)  # checkpoints, write-ahead logs, logs: owner-only (a local output's files too)
+    if os.environ.get("STRAM_HOLD") == "1" and not _wait_to_go():
+        return 0
     # its own rotating file in the log dir (STRAM_LOG_DIR); stdout/stderr keep only a crash's traceback
     log_dir = os.environ.get("STRAM_LOG_DIR")
     name = os.environ.get("STRAM_CONTAINER_ID", "container")

@@ -47,7 +47,7 @@ log = logging.getLogger("container.fs")
 T = TypeVar("T")
 
 __all__ = ["HdfsUnavailable", "hdfs_retry", "keep_private", "check_private", "resolve", "join",
-           "write_atomic", "write_local_atomic", "write_status_file", "read_bytes",
+           "write_atomic", "write_local_atomic", "write_status_file", "read_bytes", "local_path",
            "exists", "delete", "list_dir", "makedirs", "move", "open_output", "open_input"]
 
 
@@ -107,6 +107,12 @@ def _filesystem(key: str) -> pafs.FileSystem:
 
 #: The umask of every file and directory stram creates on HDFS.
 HDFS_UMASK = "077"
+
+
+def local_path(uri: str) -> str | None:
+    """The local path of a local URI or path (None for HDFS and the like), without pyarrow."""
+    key, path = _split(uri)
+    return path if key == "file://" else None
 
 
 def resolve(uri: str) -> tuple[pafs.FileSystem, str]:

@@ -1,0 +1,123 @@
+"""Where the time of a short ``stram launch`` goes, from the command to the last process gone (run on demand).
+
+    python bench/bench_startup.py [--runs 7] [--lines 2000] [--compare DIR]
+
+Launches a one-container application, a LineReader over ``--lines`` generated
+lines (a quarter per window: it runs about four 200 ms windows) feeding
+``bench/startup_ops.py:FirstWindow`` on a CONTAINER_LOCAL stream, and times each step from the moment ``stram launch`` is
+started, read from the master's and the container's own logs and the probe:
+
+    plan           the master has planned the application (its interpreter, imports and spec)
+    container      the container's agent is up (its interpreter and imports) and registered
+    deployed       the container has deployed the operators
+    first_tuple    the probe processed its first tuple
+    first_window   the probe's first window with tuples ended (the issue's "first processed window")
+    succeeded      the master decided SUCCEEDED (every operator ended)
+    returned       ``stram launch`` returned (every process of the application gone)
+
+The probe's count is checked against the input. ``--compare DIR`` runs another
+checkout of stram (a ``git worktree`` of an older commit, say) interleaved with
+this one, and prints the ratio of each median.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import glob
+import json
+import os
+import pathlib
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+STEPS = ("plan", "container", "deployed", "first_tuple", "first_window", "succeeded", "returned")
+
+SPEC = """name: startup
+attributes:
+  STREAMING_WINDOW_SIZE_MILLIS: 200
+operators:
+  reader:
+    class: container.operators.io:LineReader
+    properties: {{path: {text}, lines_per_window: {per_window}}}
+  probe:
+    class: startup_ops:FirstWindow
+    properties: {{path: {probe}}}
+streams:
+  lines: {{from: reader.output, to: [probe.input], locality: CONTAINER_LOCAL}}
+"""
+
+
+def _log_time(path: str, needle: str) -> float:
+    """The wall-clock time of the first line of log ``path`` that holds ``needle``."""
+    for line in open(path, errors="replace"):
+        if needle in line:
+            return datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    raise RuntimeError(f"no {needle!r} in {path}")
+
+
+def run_once(root: pathlib.Path, lines: int) -> dict[str, float]:
+    home = tempfile.mkdtemp(prefix="stram-bench-start-")
+    try:
+        text, probe, spec = (os.path.join(home, name) for name in ("in.txt", "probe.json", "app.yaml"))
+        with open(text, "w") as f:
+            f.writelines(f"line {i}\n" for i in range(lines))
+        with open(spec, "w") as f:
+            f.write(SPEC.format(text=text, probe=probe, per_window=max(1, lines // 4)))
+        env = dict(os.environ, STRAM_HOME=home, PYTHONPATH=f"{root}{os.pathsep}{ROOT / 'bench'}")
+        started = time.time()
+        proc = subprocess.run([sys.executable, "-m", "scripts.cli", "launch", spec], cwd=root, env=env,
+                              capture_output=True, text=True)
+        returned = time.time()
+        if proc.returncode != 0:
+            raise RuntimeError(f"{root}: launch failed:\n{proc.stderr[-2000:]}")
+        logs = glob.glob(os.path.join(home, "apps", "*", "logs"))[0]
+        container = os.path.join(logs, "container_000001.log")
+        seen = json.load(open(probe))
+        if seen["count"] != lines:
+            raise RuntimeError(f"{root}: the probe saw {seen['count']} lines, not {lines}")
+        times = {"plan": _log_time(os.path.join(logs, "master.log"), "plan:"),
+                 "container": _log_time(container, " started (pid"),
+                 "deployed": _log_time(container, "deployed "),
+                 "first_tuple": seen["first_tuple"], "first_window": seen["first_window"],
+                 "succeeded": _log_time(os.path.join(logs, "master.log"), "finish: application SUCCEEDED"),
+                 "returned": returned}
+        return {step: times[step] - started for step in STEPS}
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=7, help="interleaved runs per checkout (median printed)")
+    parser.add_argument("--lines", type=int, default=2000, help="lines the application reads")
+    parser.add_argument("--compare", default="", help="another stram checkout to run beside this one")
+    args = parser.parse_args()
+    roots = {"this": ROOT}
+    if args.compare:
+        roots["compare"] = pathlib.Path(args.compare).resolve()
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in roots}
+    for i in range(args.runs):
+        for name, root in roots.items():
+            runs[name].append(run_once(root, args.lines))
+            print(f"run {i + 1}/{args.runs} {name}: " + " ".join(f"{s}={runs[name][-1][s]:.3f}" for s in STEPS),
+                  flush=True)
+    medians = {name: {s: statistics.median(r[s] for r in rs) for s in STEPS} for name, rs in runs.items()}
+    print(f"\nseconds after `stram launch` started, medians of {args.runs} runs:")
+    print(f"{'step':14s}" + "".join(f"{name:>10s}" for name in roots) + ("     ratio" if args.compare else ""))
+    for step in STEPS:
+        row = f"{step:14s}" + "".join(f"{medians[name][step]:10.3f}" for name in roots)
+        if args.compare:
+            row += f"{medians['this'][step] / medians['compare'][step]:10.2f}"
+        print(row)
+    for name in roots:
+        print(f"{name}: " + " ".join(f"{s}_s={medians[name][s]:.3f}" for s in STEPS))
+
+
+if __name__ == "__main__":
+    main()
