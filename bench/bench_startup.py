@@ -1,10 +1,11 @@
 """Where the time of a short ``stram launch`` goes, from the command to the last process gone (run on demand).
 
-    python bench/bench_startup.py [--runs 7] [--lines 2000] [--compare DIR]
+    python bench/bench_startup.py [--runs 7] [--lines 2000] [--windows 10] [--compare DIR]
 
 Launches a one-container application, a LineReader over ``--lines`` generated
-lines (a quarter per window: it runs about four 200 ms windows) feeding
-``bench/startup_ops.py:FirstWindow`` on a CONTAINER_LOCAL stream, and times each step from the moment ``stram launch`` is
+lines (spread over ``--windows`` 200 ms windows, so that the application is
+still running when the master is fully up, and its end is timed on its own)
+feeding ``bench/startup_ops.py:FirstWindow`` on a CONTAINER_LOCAL stream, and times each step from the moment ``stram launch`` is
 started, read from the master's and the container's own logs and the probe:
 
     plan           the master has planned the application (its interpreter, imports and spec)
@@ -12,8 +13,10 @@ started, read from the master's and the container's own logs and the probe:
     deployed       the container has deployed the operators
     first_tuple    the probe processed its first tuple
     first_window   the probe's first window with tuples ended (the issue's "first processed window")
+    last_end       the last operator ended (the container logged its shutdown)
     succeeded      the master decided SUCCEEDED (every operator ended)
     returned       ``stram launch`` returned (every process of the application gone)
+    end_path       from last_end to returned (the issue's "under 0.3 s")
 
 The probe's count is checked against the input. ``--compare DIR`` runs another
 checkout of stram (a ``git worktree`` of an older commit, say) interleaved with
@@ -36,7 +39,8 @@ import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-STEPS = ("plan", "container", "deployed", "first_tuple", "first_window", "succeeded", "returned")
+STEPS = ("plan", "container", "deployed", "first_tuple", "first_window", "last_end", "succeeded", "returned",
+         "end_path")
 
 SPEC = """name: startup
 attributes:
@@ -53,22 +57,22 @@ streams:
 """
 
 
-def _log_time(path: str, needle: str) -> float:
-    """The wall-clock time of the first line of log ``path`` that holds ``needle``."""
-    for line in open(path, errors="replace"):
-        if needle in line:
-            return datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
-    raise RuntimeError(f"no {needle!r} in {path}")
+def _log_time(path: str, needle: str, last: bool = False) -> float:
+    """The wall-clock time of the first (``last``: the last) line of log ``path`` that holds ``needle``."""
+    found = [line for line in open(path, errors="replace") if needle in line]
+    if not found:
+        raise RuntimeError(f"no {needle!r} in {path}")
+    return datetime.datetime.strptime(found[-1 if last else 0][:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
 
-def run_once(root: pathlib.Path, lines: int) -> dict[str, float]:
+def run_once(root: pathlib.Path, lines: int, windows: int) -> dict[str, float]:
     home = tempfile.mkdtemp(prefix="stram-bench-start-")
     try:
         text, probe, spec = (os.path.join(home, name) for name in ("in.txt", "probe.json", "app.yaml"))
         with open(text, "w") as f:
             f.writelines(f"line {i}\n" for i in range(lines))
         with open(spec, "w") as f:
-            f.write(SPEC.format(text=text, probe=probe, per_window=max(1, lines // 4)))
+            f.write(SPEC.format(text=text, probe=probe, per_window=max(1, lines // windows)))
         env = dict(os.environ, STRAM_HOME=home, PYTHONPATH=f"{root}{os.pathsep}{ROOT / 'bench'}")
         started = time.time()
         proc = subprocess.run([sys.executable, "-m", "scripts.cli", "launch", spec], cwd=root, env=env,
@@ -85,8 +89,10 @@ def run_once(root: pathlib.Path, lines: int) -> dict[str, float]:
                  "container": _log_time(container, " started (pid"),
                  "deployed": _log_time(container, "deployed "),
                  "first_tuple": seen["first_tuple"], "first_window": seen["first_window"],
+                 "last_end": _log_time(container, ") shut down at window", last=True),
                  "succeeded": _log_time(os.path.join(logs, "master.log"), "finish: application SUCCEEDED"),
                  "returned": returned}
+        times["end_path"] = returned - times["last_end"] + started
         return {step: times[step] - started for step in STEPS}
     finally:
         shutil.rmtree(home, ignore_errors=True)
@@ -96,6 +102,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7, help="interleaved runs per checkout (median printed)")
     parser.add_argument("--lines", type=int, default=2000, help="lines the application reads")
+    parser.add_argument("--windows", type=int, default=10, help="windows the lines are spread over")
     parser.add_argument("--compare", default="", help="another stram checkout to run beside this one")
     args = parser.parse_args()
     roots = {"this": ROOT}
@@ -104,7 +111,7 @@ def main() -> None:
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in roots}
     for i in range(args.runs):
         for name, root in roots.items():
-            runs[name].append(run_once(root, args.lines))
+            runs[name].append(run_once(root, args.lines, args.windows))
             print(f"run {i + 1}/{args.runs} {name}: " + " ".join(f"{s}={runs[name][-1][s]:.3f}" for s in STEPS),
                   flush=True)
     medians = {name: {s: statistics.median(r[s] for r in rs) for s in STEPS} for name, rs in runs.items()}
