@@ -1,6 +1,6 @@
 """Where the time of a short ``stram launch`` goes, from the command to the last process gone (run on demand).
 
-    python bench/bench_startup.py [--runs 7] [--lines 2000] [--windows 10] [--compare DIR]
+    python bench/bench_startup.py [--runs 7] [--lines 2000] [--windows 10] [--compare DIR] [--no-compile]
 
 Launches a one-container application, a LineReader over ``--lines`` generated
 lines (spread over ``--windows`` 200 ms windows, so that the application is
@@ -17,6 +17,10 @@ started, read from the master's and the container's own logs and the probe:
     succeeded      the master decided SUCCEEDED (every operator ended)
     returned       ``stram launch`` returned (every process of the application gone)
     end_path       from last_end to returned (the issue's "under 0.3 s")
+
+Each checkout's modules are byte-compiled first, as an installed stram has them
+(``--no-compile`` leaves them as they are: with ``PYTHONDONTWRITEBYTECODE`` and
+no ``__pycache__``, every process compiles its modules at start).
 
 The probe's count is checked against the input. ``--compare DIR`` runs another
 checkout of stram (a ``git worktree`` of an older commit, say) interleaved with
@@ -39,6 +43,7 @@ import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+PACKAGES = ("appmaster", "container", "proto", "scripts")
 STEPS = ("plan", "container", "deployed", "first_tuple", "first_window", "last_end", "succeeded", "returned",
          "end_path")
 
@@ -103,11 +108,16 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7, help="interleaved runs per checkout (median printed)")
     parser.add_argument("--lines", type=int, default=2000, help="lines the application reads")
     parser.add_argument("--windows", type=int, default=10, help="windows the lines are spread over")
+    parser.add_argument("--no-compile", action="store_true", help="do not byte-compile the checkouts first")
     parser.add_argument("--compare", default="", help="another stram checkout to run beside this one")
     args = parser.parse_args()
     roots = {"this": ROOT}
     if args.compare:
         roots["compare"] = pathlib.Path(args.compare).resolve()
+    if not args.no_compile:
+        for root in roots.values():
+            subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", *PACKAGES], cwd=root,
+                           check=True, stdout=subprocess.DEVNULL)
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in roots}
     for i in range(args.runs):
         for name, root in roots.items():
