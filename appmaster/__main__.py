@@ -6,10 +6,13 @@ import argparse
 import logging
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from container import apppath, fs, kerberos, logsetup
 from container.secret import read_token_file
+
+if TYPE_CHECKING:
+    from appmaster.launcher import LocalLauncher
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if state == "SUCCEEDED" else 1
 
 
-def _prestart_first_container(args: argparse.Namespace, log_dir: str) -> Any:
+def _prestart_first_container(args: argparse.Namespace, log_dir: str) -> LocalLauncher | None:
     """A local launcher that has already started the first container of a fresh application
     (no journal yet), held until the plan asks for it (``LocalLauncher.prestart``); None when
     containers run elsewhere, or the application resumes (its containers are known)."""

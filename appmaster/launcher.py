@@ -158,38 +158,34 @@ class LocalLauncher(Launcher):
             try:
                 proc.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                if not wait:
-                    continue
-                proc.kill()
-                proc.wait()
+                if wait:
+                    proc.kill()
+                    proc.wait()
         self._released = [proc for proc in self._released if proc.returncode is None]
 
     def _held_for(self, container_id: str, env: dict[str, str]) -> subprocess.Popen | None:
-        """The held process for ``container_id`` if it has exactly ``env``; every other is released."""
+        """The held process for ``container_id`` if it is alive with exactly ``env``; every
+        other held process is released (the plan is not the one guessed: they would only wait)."""
         held = self._held.pop(container_id, None)
-        self.release_held(wait=0)  # the plan is not the one guessed: they would only wait
-        if held is not None and held[0].poll() is None and held[1] == env:
-            return held[0]
-        if held is not None:
+        if held is not None and (held[0].poll() is not None or held[1] != env):
             self._held[container_id] = held
-            self.release_held(wait=0)
-        return None
+            held = None
+        self.release_held(wait=0)
+        return held[0] if held is not None else None
 
     def launch(self, request: ContainerRequest) -> tuple[int, float] | None:
         env = self._env(request.env, request.container_id)
         held = self._held_for(request.container_id, env)
         stop_strays(request.env.get("STRAM_APP_ID", ""), request.container_id,
                     spare=held.pid if held is not None else None)
-        proc = held
         if held is not None:
             try:  # it goes on: it reads its credential (written) and finds the master
                 held.stdin.write(b"go\n")
                 held.stdin.close()
             except OSError:  # it died meanwhile: started anew
                 held.wait()
-                proc = held = None
-        if proc is None:
-            proc = self._spawn(request.container_id, env, subprocess.DEVNULL)
+                held = None
+        proc = held if held is not None else self._spawn(request.container_id, env, subprocess.DEVNULL)
         self.processes[request.container_id] = proc
         log.info("launched %s as pid %d%s", request.container_id, proc.pid,
                  " (started ahead of the plan)" if held is not None else "")

@@ -75,8 +75,35 @@ class CountSink(Operator):
         if self._n:
             self._last = time.perf_counter()
             with open(self.result, "w") as f:
-                json.dump({"tuples": self._n, "seconds": self._last - self._first,
-                           "last_wall": time.time()}, f)
+                json.dump(self.figures(), f)
+
+    def figures(self) -> dict[str, Any]:
+        return {"tuples": self._n, "seconds": self._last - self._first, "last_wall": time.time()}
+
+
+class FirstWindowSink(CountSink):
+    """A CountSink that also records the wall-clock times of its first tuple and of the end of
+    its first window with tuples (bench/bench_startup.py: the first processed window)."""
+
+    transient = CountSink.transient + ("_first_tuple", "_first_window")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._first_tuple = 0.0
+        self._first_window = 0.0
+
+    def process_input(self, tuple: Any) -> None:  # noqa: A002
+        if not self._n:
+            self._first_tuple = time.time()
+        super().process_input(tuple)
+
+    def end_window(self) -> None:
+        if self._n and not self._first_window:
+            self._first_window = time.time()
+        super().end_window()
+
+    def figures(self) -> dict[str, Any]:
+        return dict(super().figures(), first_tuple=self._first_tuple, first_window=self._first_window)
 
 
 class BatchCountSink(CountSink):

@@ -5,8 +5,10 @@
 Launches a one-container application, a LineReader over ``--lines`` generated
 lines (spread over ``--windows`` 200 ms windows, so that the application is
 still running when the master is fully up, and its end is timed on its own)
-feeding ``bench/startup_ops.py:FirstWindow`` on a CONTAINER_LOCAL stream, and times each step from the moment ``stram launch`` is
-started, read from the master's and the container's own logs and the probe:
+feeding ``bench/bench_ops.py:FirstWindowSink`` (this checkout's, whichever
+stram runs it) on a CONTAINER_LOCAL stream, and times each step from the moment
+``stram launch`` is started, read from the master's and the container's own
+logs and the probe:
 
     plan           the master has planned the application (its interpreter, imports and spec)
     container      the container's agent is up (its interpreter and imports) and registered
@@ -55,8 +57,8 @@ operators:
     class: container.operators.io:LineReader
     properties: {{path: {text}, lines_per_window: {per_window}}}
   probe:
-    class: startup_ops:FirstWindow
-    properties: {{path: {probe}}}
+    class: bench_ops:FirstWindowSink
+    properties: {{result: {probe}}}
 streams:
   lines: {{from: reader.output, to: [probe.input], locality: CONTAINER_LOCAL}}
 """
@@ -88,8 +90,8 @@ def run_once(root: pathlib.Path, lines: int, windows: int) -> dict[str, float]:
         logs = glob.glob(os.path.join(home, "apps", "*", "logs"))[0]
         container = os.path.join(logs, "container_000001.log")
         seen = json.load(open(probe))
-        if seen["count"] != lines:
-            raise RuntimeError(f"{root}: the probe saw {seen['count']} lines, not {lines}")
+        if seen["tuples"] != lines:
+            raise RuntimeError(f"{root}: the probe saw {seen['tuples']} lines, not {lines}")
         times = {"plan": _log_time(os.path.join(logs, "master.log"), "plan:"),
                  "container": _log_time(container, " started (pid"),
                  "deployed": _log_time(container, "deployed "),
