@@ -338,7 +338,8 @@ class AppMaster(AddressFiles):
             # start-up (a new interpreter, its imports) overlaps the admin API's. A later attempt
             # writes heartbeatUri only once it has taken over the containers that will read it.
             self._dispatch_first(Start(_now()))
-            self.write_heartbeat_uri()
+            if getattr(self.launcher, "prestart", None) is not None:  # local: YARN's order is kept
+                self.write_heartbeat_uri()
         from appmaster.admin import base_url, start_admin
         register = getattr(self.launcher, "register_ui", None)  # YARN's: its web proxy speaks plain HTTP
         self.admin, self.admin_url = start_admin(self, self.host, bind, tls=self.tls_identity,
