@@ -1,6 +1,6 @@
 """Tuples per second between two operators over each stream path (run on demand).
 
-    python bench/bench_transfer.py [--tuples N]
+    python bench/bench_transfer.py [--tuples N] [--only TEXT]
     python bench/bench_transfer.py --tls [--repeat R]   # buffer-server paths, TLS off and on
 
 Launches real local applications (master, agents, buffer servers) with a
@@ -90,6 +90,7 @@ def main() -> None:
     parser.add_argument("--tuples", type=int, default=3_000_000, help="64-byte tuples per run")
     parser.add_argument("--tls", action="store_true", help="buffer-server paths only, TLS off and on side by side")
     parser.add_argument("--repeat", type=int, default=3, help="rounds of --tls (default 3)")
+    parser.add_argument("--only", default="", help="run only the paths whose names contain this text")
     args = parser.parse_args()
     n = args.tuples
     if args.tls:
@@ -112,6 +113,8 @@ def main() -> None:
     apex = {"THREAD_LOCAL 64B": 39.9e6, "CONTAINER_LOCAL 64B": 4.29e6, "buffer server 64B": 0.83e6}
     print(f"{'path':<30} {'tuples':>11} {'tuples/s':>13} {'vs Apex':>9}  peak RSS per container (MB)")
     for case in cases:
+        if args.only not in case[0]:
+            continue
         r = run(*case)
         ref = apex.get(r["name"])
         ratio = f"{r['rate'] / ref:8.2f}x" if ref else ""
