@@ -35,8 +35,9 @@ from container.logsetup import rate_limit
 from container.stacks import thread_stacks
 from container.umbilical import COMPLAIN_SECONDS, MasterGone, Umbilical  # noqa: F401 - re-exported
 from container.windows import initial_window
-from container.engine import (BEGIN_WINDOW, CHECKPOINT, DATA, END_STREAM, END_WINDOW,
-                              DirectSink, Node, NodeState, PublisherSink, QueueSink, load_class)
+from container.engine import Node, NodeState, load_class
+from container.sinks import (BEGIN_WINDOW, CHECKPOINT, DATA, END_STREAM, END_WINDOW, DirectSink,
+                             PublisherSink, QueueSink)
 from container.operator import InputConnection, OperatorContext
 
 log = logging.getLogger("container.agent")

@@ -31,196 +31,26 @@ from typing import Any, Callable
 
 from container import fs, space
 from container.batch import batch_handler
-from container.codec import get_codec
 from container.refs import load_reference
 from container.windows import is_checkpoint_window, window_millis
 from container.operator import (FatalError, InputOperator, Operator, OperatorContext,
                                 ShutdownException, output_ports)
-from container.partition import default_key, partition_hash
+from container.sinks import BEGIN_WINDOW, CHECKPOINT, DATA, END_STREAM, END_WINDOW, PortOutput
 
 log = logging.getLogger("container.engine")
 
-# Message kinds on node queues and in sinks.
-DATA, BEGIN_WINDOW, END_WINDOW, CHECKPOINT, END_STREAM = range(5)
-
-#: Tuples per batch before an output port is flushed mid-window.
-BATCH_SIZE = 1024
 #: An emit_tuples call that returns faster than this without output means "idle".
 IDLE_CALL_SECONDS = 50e-6
-#: Record batches per batch on Arrow ports.
-ARROW_BATCH_SIZE = 16
-#: Encoded batches larger than this are split before publishing.
-MAX_PAYLOAD_BYTES = 32 << 20
 #: Bound of a node's input queue, in messages (batches of up to BATCH_SIZE tuples, or control
 #: tuples): a faster upstream waits for its downstream. Smaller bounds cost the one-container word
 #: count more time than they save memory (bench_wordcount, side by side: 7.3 s and 227 MB summed
 #: PSS at 256, 8.0 s and 207 MB at 128, 9.4 s and 185 MB at 32): threads hand off more often.
 QUEUE_CAPACITY = 256
-#: Distinct str tuples whose partition tag a publisher remembers (then it starts over).
-TAG_CACHE_SIZE = 1 << 16
 
 
 def load_class(class_name: str) -> type:
     """The class ``"module:Class"`` names (see :func:`container.refs.load_reference`)."""
     return load_reference(class_name, "Class")
-
-
-# ---------------------------------------------------------------- sinks
-
-class Sink:
-    """Receives an output port's batches and control tuples."""
-
-    def data(self, batch: list) -> None:
-        raise NotImplementedError
-
-    def control(self, kind: int, window_id: int) -> None:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        pass
-
-
-class QueueSink(Sink):
-    """CONTAINER_LOCAL: hands batches to a downstream node's queue, unencoded.
-
-    A batch longer than ``BATCH_SIZE`` (one ``emit_batch`` of many tuples)
-    goes in pieces of that size, so the bounded queue bounds the tuples held.
-    """
-
-    def __init__(self, node: "Node", source_index: int) -> None:
-        self.node = node
-        self.src = source_index
-
-    def data(self, batch: list) -> None:
-        if len(batch) <= BATCH_SIZE:
-            self.node.put(self.src, DATA, batch)
-            return
-        for i in range(0, len(batch), BATCH_SIZE):
-            self.node.put(self.src, DATA, batch[i:i + BATCH_SIZE])
-
-    def control(self, kind: int, window_id: int) -> None:
-        self.node.put(self.src, kind, window_id)
-
-
-class DirectSink(Sink):
-    """THREAD_LOCAL: batches and control tuples go straight to the downstream node, on this thread.
-
-    A batch is one call of the downstream's input handler (a batch handler,
-    or a loop over its per-tuple handler): no queue, no lock, and the tuples
-    are counted per batch like on every other stream.
-    """
-
-    def __init__(self, node: "Node", source_index: int) -> None:
-        self.node = node
-        self.src = source_index
-
-    def data(self, batch: list) -> None:
-        self.node.on_message(self.src, DATA, batch)
-
-    def control(self, kind: int, window_id: int) -> None:
-        self.node.on_message(self.src, kind, window_id)
-
-
-class PublisherSink(Sink):
-    """Remote subscribers: encode and publish to this container's buffer server."""
-
-    def __init__(self, publisher: Any, codec_name: str, mask: int,
-                 key: Callable[[Any], Any] = default_key) -> None:
-        self.publisher = publisher
-        self.codec = get_codec(codec_name)
-        self.mask = mask
-        self.key = key
-        self.bytes = 0
-        #: str tuple -> its tag, for the default key (words and the like repeat: one hash per distinct one)
-        self._tags: dict[str, int] = {}
-
-    def data(self, batch: list) -> None:
-        if not self.mask:
-            self._publish(0, batch)
-            return
-        mask, key = self.mask, self.key
-        groups: dict[int, list] = collections.defaultdict(list)
-        if key is default_key:
-            tags = self._tags
-            if len(tags) > TAG_CACHE_SIZE:
-                tags.clear()
-            get = tags.get
-            for t in batch:
-                if type(t) is str:  # its own key; exactly str: 1 == 1.0 == True hash alike, not alike here
-                    tag = get(t)
-                    if tag is None:
-                        tag = tags[t] = partition_hash(t) & mask
-                else:
-                    tag = partition_hash(default_key(t)) & mask
-                groups[tag].append(t)
-        else:
-            for t in batch:
-                groups[partition_hash(key(t)) & mask].append(t)
-        for tag, tuples in groups.items():
-            self._publish(tag, tuples)
-
-    def _publish(self, tag: int, tuples: list) -> None:
-        payload = self.codec.encode(tuples)
-        if len(payload) > MAX_PAYLOAD_BYTES and len(tuples) > 1:
-            half = len(tuples) // 2  # big tuples: keep frames well under the frame limit
-            self._publish(tag, tuples[:half])
-            self._publish(tag, tuples[half:])
-            return
-        self.bytes += len(payload)
-        self.publisher.payload(tag, payload)
-
-    def control(self, kind: int, window_id: int) -> None:
-        p = self.publisher
-        if kind == BEGIN_WINDOW:
-            p.begin_window(window_id)
-        elif kind == END_WINDOW:
-            p.end_window(window_id)
-        elif kind == CHECKPOINT:
-            p.checkpoint(window_id)
-        elif kind == END_STREAM:
-            p.end_stream()
-
-
-class PortOutput:
-    """Runtime side of an output port: the current batch and the sinks.
-
-    The bound port's ``emit`` is the batch's ``append`` and its
-    ``emit_batch`` the batch's ``extend`` (C calls, no Python layer per
-    tuple); the engine flushes the batch to every sink between operator calls.
-    """
-
-    def __init__(self, name: str, bound_port: Any) -> None:
-        self.name = name
-        self.port = bound_port
-        self.sinks: list[Sink] = []
-        self.batch: list = []
-        self.tuples = 0  # tuples flushed in the current window
-        #: Tuples per batch before a mid-window flush (record batches are big: fewer).
-        self.batch_limit = ARROW_BATCH_SIZE if getattr(bound_port, "codec", "pickle") == "arrow" else BATCH_SIZE
-        self._bind()
-
-    def _bind(self) -> None:
-        self.port.emit = self.batch.append
-        self.port.emit_batch = self.batch.extend
-
-    def add_sink(self, sink: Sink) -> None:
-        self.sinks.append(sink)
-        if getattr(getattr(sink, "codec", None), "name", "") == "arrow":
-            self.batch_limit = ARROW_BATCH_SIZE
-
-    def flush(self) -> None:
-        batch = self.batch
-        if batch:
-            self.tuples += len(batch)
-            self.batch = []
-            self._bind()
-            for sink in self.sinks:
-                sink.data(batch)
-
-    def control(self, kind: int, window_id: int) -> None:
-        self.flush()
-        for sink in self.sinks:
-            sink.control(kind, window_id)
 
 
 # ---------------------------------------------------------------- nodes

@@ -15,7 +15,8 @@ import time
 
 import proto
 from container.agent import Agent
-from container.engine import Node, NodeState, QueueSink
+from container.engine import Node, NodeState
+from container.sinks import QueueSink
 from container.operator import InputOperator, InputPort, Operator, OperatorContext, OutputPort, ShutdownException
 from container.windows import initial_window
 

@@ -17,7 +17,8 @@ from collections import Counter
 import pytest
 
 from container.batch import batch_handler, has_batch_handler
-from container.engine import DirectSink, Node, NodeState, QueueSink
+from container.engine import Node, NodeState
+from container.sinks import DirectSink, QueueSink
 from container.operator import InputPort, Operator, OperatorContext, OutputPort, PassThroughUnifier
 from container.operators import io
 from container.operators.aggregate import KeyCounter
@@ -251,14 +252,14 @@ class Recorder:
 
 def test_a_publisher_tags_every_tuple_with_its_key_partition(monkeypatch):
     """The str-tag cache must give the tag of partition_hash (never conflating 1, 1.0, True, "1")."""
-    from container import engine
+    from container import sinks
     from container.codec import get_codec
     from container.partition import default_key, partition_hash
-    monkeypatch.setattr(engine, "TAG_CACHE_SIZE", 8)  # the cache starts over many times
+    monkeypatch.setattr(sinks, "TAG_CACHE_SIZE", 8)  # the cache starts over many times
     rng = random.Random(11)
     pool = ["whale", "sea", "1", "", "naïve", 1, 1.0, True, 2, 2.0, None, ("k", 2), {"key": "sea", "n": 1}, "ship"]
     pool += [f"w{i}" for i in range(40)]
-    sink = engine.PublisherSink(Recorder(), "pickle", mask=3)
+    sink = sinks.PublisherSink(Recorder(), "pickle", mask=3)
     sent = []
     for _ in range(30):
         batch = [rng.choice(pool) for _ in range(rng.randrange(1, 200))]
@@ -275,8 +276,28 @@ def test_a_publisher_tags_every_tuple_with_its_key_partition(monkeypatch):
     assert got == want  # each tuple under its key's tag, in order
 
 
+def test_a_publisher_cuts_big_batches_into_frames_near_the_target_size():
+    from container.codec import get_codec
+    from container.sinks import FRAME_PROBE_TUPLES, FRAME_TARGET_BYTES, PublisherSink
+    sink = PublisherSink(Recorder(), "pickle", mask=0)
+    codec = get_codec("pickle")
+    big = [f"{i:08d}".ljust(4096, "x") for i in range(2000)]  # 8 MB in one emit_batch
+    small = [f"w{i}" for i in range(500)]
+    sink.data(big)
+    sink.data(small)  # (cut too, while the estimate is still the big tuples')
+    sink.data(small)
+    sink.data(big[:3])
+    frames = [codec.decode(data) for _, data in sink.publisher.frames]
+    assert [t for f in frames for t in f] == big + small + small + big[:3]  # every tuple once, in order
+    sizes = [len(data) for _, data in sink.publisher.frames]
+    assert len(frames[0]) == FRAME_PROBE_TUPLES  # the first batch's probe
+    assert all(size <= FRAME_TARGET_BYTES * 1.01 for size in sizes), sizes
+    assert len(frames) >= 8 + 1
+    assert frames[-2:] == [small, big[:3]]  # small batches stay whole
+
+
 def test_a_long_batch_reaches_a_queue_in_pieces_of_the_batch_size():
-    from container.engine import BATCH_SIZE, DATA
+    from container.sinks import BATCH_SIZE, DATA
     start = initial_window(int(time.time() * 1000))
     downstream = node(9, Collect(), "GENERIC", start)
     sink = QueueSink(downstream, downstream.add_source("input"))
@@ -323,7 +344,8 @@ class Gate(Operator):
 def test_a_container_local_stream_holds_a_bounded_number_of_tuples(tmp_path):
     """A reader faster than its CONTAINER_LOCAL downstream waits for it: at most the queue's
     messages of BATCH_SIZE tuples are in flight (memory), not the whole input; then all arrive."""
-    from container.engine import BATCH_SIZE, QUEUE_CAPACITY
+    from container.engine import QUEUE_CAPACITY
+    from container.sinks import BATCH_SIZE
     n = (QUEUE_CAPACITY + 2) * BATCH_SIZE * 3 // 2
     path = tmp_path / "in.txt"
     path.write_text("".join(f"{i}\n" for i in range(n)))

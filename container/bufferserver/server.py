@@ -457,16 +457,16 @@ class BufferServer:
                             fh = None
                             continue          # purged meanwhile: nobody needs it any more
                     start = offsets[0]
+                    if not mask:  # the file's bytes as they are: the kernel copies them (sendfile)
+                        sock.sendfile(fh, start, offsets[-1] - start)
+                        continue
                     fh.seek(start)
                     data = fh.read(offsets[-1] - start)
-                    if mask:
-                        mv = memoryview(data)
-                        parts = [mv[a - start:b - start] for a, b in zip(offsets, offsets[1:])]
-                        parts = [f for f in parts if _wanted(f, mask, keys)]
-                        if parts:
-                            _send_buffers(sock, parts)
-                    else:
-                        sock.sendall(data)
+                    mv = memoryview(data)
+                    parts = [mv[a - start:b - start] for a, b in zip(offsets, offsets[1:])]
+                    parts = [f for f in parts if _wanted(f, mask, keys)]
+                    if parts:
+                        _send_buffers(sock, parts)
                 elif kind == "end":
                     sock.shutdown(socket.SHUT_WR)
                     return
