@@ -1,7 +1,8 @@
 """The master's journal: what a new master attempt needs, as a versioned JSON document.
 
 ``APP_PATH/journal/snapshot`` holds one document, rewritten whole and atomically
-(a temporary file, then a move, through ``pyarrow.fs``); between two snapshots
+(a temporary file, then a move, through ``pyarrow.fs``; on HDFS, whose move onto a
+file deletes it first, by way of ``snapshot.next``: :func:`container.fs.replace_file`); between two snapshots
 the master appends what changed to a log (:mod:`appmaster.journallog`), before
 it acts on what it records (a heartbeat response, a checkpoint deletion, a launch).
 It is plain data, not a pickle of the plan's classes, so a journal says what it
@@ -117,8 +118,8 @@ def check_version(doc: Any, where: str = "the journal") -> None:
 # ---------------------------------------------------------------- the file
 
 def write_journal(app_path: str, doc: dict[str, Any]) -> None:
-    """Replace the journal atomically (a temporary file, then a move)."""
-    fs.write_atomic(journal_uri(app_path), encode(doc))
+    """Replace the journal, never leaving it missing (:func:`container.fs.replace_file`)."""
+    fs.replace_file(journal_uri(app_path), encode(doc))
 
 
 def read_journal(app_path: str) -> dict[str, Any] | None:
@@ -130,9 +131,10 @@ def read_journal(app_path: str) -> dict[str, Any] | None:
         The journal is one this stram cannot read.
     """
     uri = journal_uri(app_path)
-    if not fs.exists(uri):
+    data = fs.read_replaced(uri)
+    if data is None:
         return None
-    return decode(fs.read_bytes(uri), where=f"journal {uri}")
+    return decode(data, where=f"journal {uri}")
 
 
 # ---------------------------------------------------------------- the plan

@@ -184,7 +184,7 @@ class JournalWriter:
         doc = state.snapshot()
         doc["log_generation"] = generation
         data = journal.encode(doc)
-        fs.write_atomic(journal.journal_uri(self.app_path), data)
+        fs.replace_file(journal.journal_uri(self.app_path), data)
         self._close()
         if self.generation and local:
             try:

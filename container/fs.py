@@ -326,7 +326,9 @@ def makedirs(uri: str) -> None:
 
 @hdfs_retry
 def write_atomic(uri: str, data: bytes) -> None:
-    """Write ``data`` to ``uri`` so readers see the old file or the new one, never a part."""
+    """Write ``data`` to ``uri`` so readers never see a part of it: the old file or the new one,
+    or on HDFS, for a moment, none (its move onto a file deletes it first; where a missing file
+    would be taken for "none yet", use :func:`replace_file`)."""
     fs, path = resolve(uri)
     parent = path.rsplit("/", 1)[0] or "/"
     fs.create_dir(parent, recursive=True)
@@ -337,6 +339,62 @@ def write_atomic(uri: str, data: bytes) -> None:
             _restrict(fs, tmp)  # before any byte is written
             out.write(data)
     _write_then_move(tmp, path, write, fs.move, fs.delete_file)
+
+
+#: Suffix of the new version of a file :func:`replace_file` puts in place where a move does not
+#: replace atomically.
+NEXT_SUFFIX = ".next"
+
+
+@hdfs_retry
+def replace_file(uri: str, data: bytes) -> None:
+    """:func:`write_atomic` for a file that must never be missing once written (the master's journal).
+
+    A local move replaces its target atomically. pyarrow's HDFS move onto an existing file deletes
+    the file, then renames (libhdfs has no overwriting rename): a process killed in between leaves
+    no file, and a master attempt that found no journal would start the application over. Here the
+    new version first becomes ``<uri>.next`` (a rename onto no file is atomic) and only then takes
+    the old one's place, which :func:`read_replaced` falls back on; a replacement cut short earlier
+    is finished first. So one complete version or the other is always there.
+    """
+    filesystem, path = resolve(uri)
+    if isinstance(filesystem, pafs.LocalFileSystem):
+        write_atomic(uri, data)
+        return
+    parent = path.rsplit("/", 1)[0] or "/"
+    nxt = path + NEXT_SUFFIX
+    if _info(filesystem, path).type == pafs.FileType.NotFound:
+        if _info(filesystem, nxt).type == pafs.FileType.File:
+            filesystem.move(nxt, path)  # the replacement a killed writer left half done
+    elif _info(filesystem, nxt).type != pafs.FileType.NotFound:
+        filesystem.delete_file(nxt)  # a new version never put in place: the old one stands
+    filesystem.create_dir(parent, recursive=True)
+    tmp = f"{parent}/._tmp-{uuid.uuid4().hex}"
+
+    def write() -> None:
+        with filesystem.open_output_stream(tmp) as out:
+            _restrict(filesystem, tmp)
+            out.write(data)
+    _write_then_move(tmp, nxt, write, filesystem.move, filesystem.delete_file)
+    filesystem.move(nxt, path)
+
+
+@hdfs_retry
+def read_replaced(uri: str) -> bytes | None:
+    """The file :func:`replace_file` wrote (its new version while it was being put in place), or
+    None when there is none."""
+    filesystem, path = resolve(uri)
+    for _ in range(3):  # a live writer may move the file between a look and the read
+        for candidate in (path, path + NEXT_SUFFIX):
+            if _info(filesystem, candidate).type != pafs.FileType.File:
+                continue
+            try:
+                with filesystem.open_input_stream(candidate) as f:
+                    return f.read()
+            except OSError:
+                if _info(filesystem, candidate).type == pafs.FileType.File:
+                    raise
+    return None
 
 
 def _write_then_move(tmp: str, path: str, write: Callable[[], None], move: Callable[[str, str], None],

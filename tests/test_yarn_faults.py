@@ -145,6 +145,24 @@ def test_master_lost_second_attempt_resumes(on_minicluster, tmp_path):
         os.kill(int(master["pid"]), signal.SIGKILL)  # the master's Python process, in the AM container
         killed_at = time.monotonic() - started
         _, err = proc.communicate(timeout=600)
+        elapsed = time.monotonic() - started
+        assert proc.returncode == 0, err[-4000:]
+        assert f"{app_id} SUCCEEDED" in err
+        print(f"master loss on YARN: killed at {killed_at:.1f}s, submit to SUCCEEDED in {elapsed:.1f}s")
+
+        attempts = re.findall(r"appattempt_\d+_\d+_\d+", cluster.run("yarn", "applicationattempt", "-list", app_id))
+        assert len(set(attempts)) == 2, attempts
+        # `stram logs` shows both attempts' master.log, the first one's first
+        logs = stram("logs", app_id)
+        assert logs.returncode == 0, logs.stderr
+        heads = re.findall(r"^==> (container_\d+_\d+_(\d+)_000001)/master\.log <==$", logs.stdout, re.M)
+        assert [attempt for _, attempt in heads] == ["01", "02"], logs.stdout[:2000]
+        second = logs.stdout.split(f"==> {heads[1][0]}/master.log <==")[1]
+        assert "master attempt 2 resumed from the journal" in second  # not started over
+        truth = word_truth(MOBY)
+        sums, maxima, _ = read_counts(cluster.get(f"{base}/out", tmp_path / "out"))
+        assert maxima == dict(truth), "running totals differ from the input's counts"
+        assert sums == truth, "EXACTLY_ONCE: per-window counts differ from the input's counts"
     except BaseException:
         print(stram("get-app-info", app_id).stdout)
         print("container logs:", collect_logs(cluster, app_id, tmp_path / "logs"))
@@ -153,21 +171,35 @@ def test_master_lost_second_attempt_resumes(on_minicluster, tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    elapsed = time.monotonic() - started
-    assert proc.returncode == 0, err[-4000:]
-    assert f"{app_id} SUCCEEDED" in err
-    print(f"master loss on YARN: killed at {killed_at:.1f}s, submit to SUCCEEDED in {elapsed:.1f}s")
 
-    attempts = re.findall(r"appattempt_\d+_\d+_\d+", cluster.run("yarn", "applicationattempt", "-list", app_id))
-    assert len(set(attempts)) == 2, attempts
-    truth = word_truth(MOBY)
-    sums, maxima, _ = read_counts(cluster.get(f"{base}/out", tmp_path / "out"))
-    assert maxima == dict(truth), "running totals differ from the input's counts"
-    assert sums == truth, "EXACTLY_ONCE: per-window counts differ from the input's counts"
-    # `stram logs` shows both attempts' master.log, the first one's first
-    logs = stram("logs", app_id)
-    assert logs.returncode == 0, logs.stderr
-    heads = re.findall(r"^==> (container_\d+_\d+_(\d+)_000001)/master\.log <==$", logs.stdout, re.M)
-    assert [attempt for _, attempt in heads] == ["01", "02"], logs.stdout[:2000]
-    second = logs.stdout.split(f"==> {heads[1][0]}/master.log <==")[1]
-    assert "master attempt 2 resumed from the journal" in second
+
+_REPLACE_ON_HDFS = """
+import json, sys
+import pyarrow.fs as pafs
+from container import fs
+fs.hadoop_client_env()
+uri = sys.argv[1] + "/journal/snapshot"
+filesystem, path = fs.resolve(uri)
+fs.replace_file(uri, b"one")
+fs.replace_file(uri, b"two")
+seen = [fs.read_replaced(uri)]
+filesystem.move(path, path + ".next")  # a writer killed between its move's delete and rename
+seen.append(fs.read_replaced(uri))
+fs.replace_file(uri, b"three")  # the next writer finishes that replacement, then makes its own
+seen.append(fs.read_replaced(uri))
+names = sorted(i.base_name for i in filesystem.get_file_info(pafs.FileSelector(path.rsplit("/", 1)[0])))
+print(json.dumps({"seen": [s.decode() for s in seen], "names": names,
+                  "type": type(filesystem).__name__}))
+"""
+
+
+def test_the_journal_is_replaced_on_hdfs_without_a_gap(on_minicluster):
+    """replace_file and read_replaced against the NameNode (tests/test_replace_file.py kills the
+    writer at each step on a file system that moves as this one does)."""
+    cluster = on_minicluster
+    base = cluster.uri(cluster.new_dir("replace"))
+    proc = subprocess.run([sys.executable, "-c", _REPLACE_ON_HDFS, base], cwd=ROOT, capture_output=True,
+                          text=True, timeout=180, env=cluster.env({**os.environ, "PYTHONPATH": str(ROOT)}))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got == {"seen": ["two", "two", "three"], "names": ["snapshot"], "type": "HadoopFileSystem"}
