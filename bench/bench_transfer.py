@@ -8,7 +8,9 @@ BlastSource feeding a CountSink (per-tuple operators, then batch operators:
 ``emit_batch`` and ``process_batch``) over THREAD_LOCAL, CONTAINER_LOCAL and
 separate-container (buffer server) streams, for 64-byte and 4 KiB strings and
 Arrow batches of 64-byte rows, and prints tuples/s and the containers' peak
-RSS. Rates are measured at the sink, from its first to its last tuple.
+RSS. Rates are measured at the sink, from its first to its last tuple. For 4 KiB
+strings and Arrow rows the rate in MB/s is printed beside plain TCP on
+127.0.0.1 between two Python processes, measured in the same run.
 
 ``--tls`` runs only the buffer-server paths, each with the application's TLS
 off and on in turn (``R`` rounds, interleaved), and prints the median rates
@@ -85,6 +87,38 @@ def run(name: str, count: int, size: int, locality: str | None, arrow: bool = Fa
             "peak_rss_mb": {k: round(v / 2**20) for k, v in sorted(rss.items())}}
 
 
+_RECEIVER = """
+import socket, sys
+srv = socket.create_server(("127.0.0.1", 0))
+print(srv.getsockname()[1], flush=True)
+conn, _ = srv.accept()
+view = memoryview(bytearray(1 << 20))
+total = 0
+while n := conn.recv_into(view):
+    total += n
+print(total, flush=True)
+"""
+
+
+def loopback_rate(total: int = 2 << 30, chunk: int = 1 << 20) -> float:
+    """Bytes/s of plain TCP on 127.0.0.1 between two Python processes (1 MB sends, ``recv_into``
+    a reused buffer): the ceiling a buffer-server stream is measured against."""
+    import socket
+
+    proc = subprocess.Popen([sys.executable, "-c", _RECEIVER], stdout=subprocess.PIPE, text=True)
+    port = int(proc.stdout.readline())
+    data = b"x" * chunk
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        started = time.perf_counter()
+        for _ in range(total // chunk):
+            sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+        received = int(proc.stdout.readline())
+        took = time.perf_counter() - started
+    proc.wait()
+    return received / took
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tuples", type=int, default=3_000_000, help="64-byte tuples per run")
@@ -112,6 +146,7 @@ def main() -> None:
     ]
     apex = {"THREAD_LOCAL 64B": 39.9e6, "CONTAINER_LOCAL 64B": 4.29e6, "buffer server 64B": 0.83e6}
     print(f"{'path':<30} {'tuples':>11} {'tuples/s':>13} {'vs Apex':>9}  peak RSS per container (MB)")
+    loopback = 0.0
     for case in cases:
         if args.only not in case[0]:
             continue
@@ -119,6 +154,11 @@ def main() -> None:
         ref = apex.get(r["name"])
         ratio = f"{r['rate'] / ref:8.2f}x" if ref else ""
         print(f"{r['name']:<30} {r['tuples']:>11,} {r['rate']:>13,.0f} {ratio:>9}  {r['peak_rss_mb']}", flush=True)
+        if case[2] == 4096 or case[4]:  # bytes/s beside plain loopback TCP, measured now
+            loopback = loopback or loopback_rate()
+            moved = r["rate"] * (case[2] + 4 if case[4] else case[2])  # Arrow: a 4-byte offset per row
+            print(f"{'':<30} {moved / 1e6:>11,.0f} MB/s = {moved / loopback:.0%} of loopback TCP "
+                  f"({loopback / 1e6:,.0f} MB/s)", flush=True)
 
 
 def compare_tls(n: int, rounds: int) -> None:
