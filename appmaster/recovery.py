@@ -143,8 +143,14 @@ class Recovery:
         live process is still that one and carries the container's id, else it
         reports the container lost (it never signals that pid). Pending containers
         the launcher cannot take over are launched again.
+
+        A launcher that takes over no process (YARN through Skein, which does not keep an
+        attempt's containers: YARN stops them with it) has none of the previous attempt's
+        containers left: they are lost now, all in one recovery, rather than one by one as
+        their heartbeats time out (30 s by default).
         """
         instructions: list[Instruction] = []
+        gone: list[str | None] = []
         for container in self.plan.containers.values():
             if container.state not in (ContainerState.PENDING, ContainerState.RUNNING):
                 continue
@@ -153,6 +159,11 @@ class Recovery:
                 instructions.append(AdoptContainer(container.id, container.pid, container.process_started))
             elif container.state == ContainerState.PENDING:
                 instructions.append(self._launch(container, ev.now))  # type: ignore[attr-defined]
+            else:
+                gone.append(container.id)
+        if gone:
+            instructions += self._recover(gone, ev.now, "the previous master attempt's containers "
+                                          "ended with it (this launcher takes over no process)")
         return instructions
 
     def _handle_container_started(self, ev: ContainerStarted) -> list[Instruction]:

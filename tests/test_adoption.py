@@ -116,6 +116,27 @@ def test_state_journals_the_launched_process_and_adopts_exactly_it():
     assert not any(isinstance(i, AdoptContainer) for i in out)
 
 
+def test_a_launcher_that_takes_over_no_process_recovers_every_running_container_at_once():
+    """YARN through Skein: the previous attempt's containers ended with it. The new attempt
+    recovers them all in its first event, from the journal's checkpoints, instead of waiting
+    for each one's heartbeat timeout."""
+    run = StateRun(SPEC)
+    state = run.state
+    run.deploy()
+    old = sorted(state.plan.containers)
+    assert all(state.plan.containers[c].state == ContainerState.RUNNING for c in old)
+    doc = journal.decode(journal.encode(state.snapshot()))
+    restored = MasterState.restore(AppSpec.from_yaml(SPEC), doc, state.app_path, state.token, 5000)
+    instructions = restored.handle(AdoptContainers(6000, launcher_adopts=False))
+    assert not any(isinstance(i, AdoptContainer) for i in instructions)
+    assert all(restored.plan.containers[c].state in (ContainerState.LOST, ContainerState.RELEASED) for c in old)
+    launched = [i.container_id for i in instructions if isinstance(i, LaunchContainer)]
+    assert len(launched) == len(old) and not set(launched) & set(old)
+    # every operator waits in a new container, from its recovery checkpoint
+    assert {op.container for op in restored.plan.operators.values()} == set(launched)
+    assert any(e.kind == "lost" and "ended with it" in e.text for e in restored.events), restored.events
+
+
 def test_relaunch_forgets_the_previous_process():
     run = StateRun(SPEC)
     state = run.state
