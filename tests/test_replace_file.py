@@ -100,9 +100,10 @@ def hdfs_like(monkeypatch, tmp_path):
     handler = HdfsLikeHandler()
     filesystem = pafs.PyFileSystem(handler)
     real = fs.resolve
-    monkeypatch.setattr(fs, "resolve", lambda uri: (filesystem, real(uri)[1]) if uri.startswith("hdfs-like:")
+    scheme = "hdfs-like:"
+    monkeypatch.setattr(fs, "resolve", lambda uri: (filesystem, uri[len(scheme):]) if uri.startswith(scheme)
                         else real(uri))
-    return handler, f"hdfs-like:{tmp_path}/app"
+    return handler, f"{scheme}{tmp_path}/app"
 
 
 def test_the_move_modelled_is_pyarrows_hdfs_move(hdfs_like):
