@@ -330,6 +330,11 @@ def write_atomic(uri: str, data: bytes) -> None:
     or on HDFS, for a moment, none (its move onto a file deletes it first; where a missing file
     would be taken for "none yet", use :func:`replace_file`)."""
     fs, path = resolve(uri)
+    _write_via_tmp(fs, path, path, data)
+
+
+def _write_via_tmp(fs: pafs.FileSystem, path: str, target: str, data: bytes) -> None:
+    """Write ``data`` to a temporary file beside ``path``, then move it to ``target``."""
     parent = path.rsplit("/", 1)[0] or "/"
     fs.create_dir(parent, recursive=True)
     tmp = f"{parent}/._tmp-{uuid.uuid4().hex}"
@@ -338,7 +343,7 @@ def write_atomic(uri: str, data: bytes) -> None:
         with fs.open_output_stream(tmp) as out:
             _restrict(fs, tmp)  # before any byte is written
             out.write(data)
-    _write_then_move(tmp, path, write, fs.move, fs.delete_file)
+    _write_then_move(tmp, target, write, fs.move, fs.delete_file)
 
 
 #: Suffix of the new version of a file :func:`replace_file` puts in place where a move does not
@@ -361,21 +366,13 @@ def replace_file(uri: str, data: bytes) -> None:
     if isinstance(filesystem, pafs.LocalFileSystem):
         write_atomic(uri, data)
         return
-    parent = path.rsplit("/", 1)[0] or "/"
     nxt = path + NEXT_SUFFIX
     if _info(filesystem, path).type == pafs.FileType.NotFound:
         if _info(filesystem, nxt).type == pafs.FileType.File:
             filesystem.move(nxt, path)  # the replacement a killed writer left half done
     elif _info(filesystem, nxt).type != pafs.FileType.NotFound:
         filesystem.delete_file(nxt)  # a new version never put in place: the old one stands
-    filesystem.create_dir(parent, recursive=True)
-    tmp = f"{parent}/._tmp-{uuid.uuid4().hex}"
-
-    def write() -> None:
-        with filesystem.open_output_stream(tmp) as out:
-            _restrict(filesystem, tmp)
-            out.write(data)
-    _write_then_move(tmp, nxt, write, filesystem.move, filesystem.delete_file)
+    _write_via_tmp(filesystem, path, nxt, data)
     filesystem.move(nxt, path)
 
 
