@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 
-from container import logsetup
+from container import heap, logsetup
 from container.agent import Agent, MasterGone
 
 
@@ -24,6 +24,8 @@ def _wait_to_go() -> bool:
 
 
 def main() -> int:
+    if os.environ.get("STRAM_HEAP_TUNE", "1") == "1":
+        heap.tune()
     os.umask(0o077)  # checkpoints, write-ahead logs, logs: owner-only (a local output's files too)
     if os.environ.get("STRAM_HOLD") == "1" and not _wait_to_go():
         return 0
