@@ -234,19 +234,31 @@ class _Stream:
         limit = self.server.memory_limit
         if self.server.spool_root is not None:
             self._spill(max(limit // 2 - size, 0), include_open=False)
+            self._still_publishing(gen)
             return
         while self.memory and self.memory + size > limit:
-            if self.server._stopping:
-                raise BufferServerError("buffer server stopped")
+            self._still_publishing(gen)
             self.cond.wait(0.5)
-            if gen != self.generation:
-                raise BufferServerError(f"publisher {self.id!r} was superseded or reset")
+            self._still_publishing(gen)
+
+    def _still_publishing(self, gen: int) -> None:
+        """Raise unless publisher generation ``gen`` may still append (after ``cond`` was let go)."""
+        if self.server._stopping:
+            raise BufferServerError("buffer server stopped")
+        if gen != self.generation:
+            raise BufferServerError(f"publisher {self.id!r} was superseded or reset")
 
     def _spill(self, target: int, include_open: bool) -> None:
-        for unit in self.units:
+        """Move whole units (oldest first) to their spill files until memory is at most ``target``.
+
+        Called by the publisher's thread with ``cond`` held; it lets go of ``cond`` while it
+        writes, so subscribers keep being served and purges keep dropping units meanwhile.
+        The publisher appends nothing while it spills: nobody else changes a unit's frames.
+        """
+        for unit in list(self.units):
             if self.memory <= target:
                 return
-            if unit.frames and (unit.closed or include_open):
+            if unit.alive and unit.frames and (unit.closed or include_open):
                 self._spill_unit(unit)
 
     def _spill_unit(self, unit: _Unit) -> None:
@@ -254,16 +266,31 @@ class _Stream:
             if self.dir is None:
                 self.dir = self.server._stream_dir(self.id)
             unit.path = os.path.join(self.dir, f"{unit.seq:010d}.spill")
-        with open(unit.path, "ab") as f:
-            f.writelines(_flatten(unit.frames))
+        frames, size, path = unit.frames, unit.mem_bytes, unit.path
+        self.cond.release()
+        try:
+            with open(path, "ab") as f:
+                f.writelines(_flatten(frames))
+        except OSError:
+            self.cond.acquire()
+            if unit.alive and not self.server._stopping:
+                raise
+            return  # dropped or stopped meanwhile: its file went with it
+        self.cond.acquire()
+        if not unit.alive:  # purged or rewound away while it was written
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            return
         offsets = unit.offsets
-        for fr in unit.frames:
+        for fr in frames:
             offsets.append(offsets[-1] + _frame_len(fr))
-        unit.spilled += len(unit.frames)
-        self.spilled_bytes += unit.mem_bytes
-        self.memory -= unit.mem_bytes
-        unit.frames = []
-        unit.mem_bytes = 0
+        unit.spilled += len(frames)
+        unit.frames = unit.frames[len(frames):]
+        unit.mem_bytes -= size
+        self.spilled_bytes += size
+        self.memory -= size
 
     # -- dropping ----------------------------------------------------------
     def _drop_units(self, units: list[_Unit]) -> None:

@@ -1,0 +1,67 @@
+"""A spill is written without the stream's lock: subscribers and purges go on meanwhile."""
+
+from __future__ import annotations
+
+import builtins
+import threading
+
+from container.bufferserver import BufferServer, MessageType as M, store
+from tests.test_bufferserver import TOKEN, publish, subscribe, windows
+
+
+class _HeldFile:
+    """A spill file whose first write waits for ``release`` (and says when it started)."""
+
+    def __init__(self, real, started: threading.Event, release: threading.Event) -> None:
+        self.real, self.started, self.release = real, started, release
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.real.close()
+
+    def writelines(self, buffers) -> None:
+        if not self.started.is_set():
+            self.started.set()
+            assert self.release.wait(30), "the test never let the spill go on"
+        self.real.writelines(buffers)
+
+
+def test_subscribers_and_purges_go_on_while_a_spill_is_written(tmp_path, monkeypatch):
+    started, release = threading.Event(), threading.Event()
+    monkeypatch.setattr(store, "open", lambda path, mode: _HeldFile(builtins.open(path, mode), started, release),
+                        raising=False)
+    srv = BufferServer(TOKEN, memory_limit_mb=0.25, spool_dir=str(tmp_path))
+    srv.start()
+    data = windows(range(1, 13), 4, size=20_000) + [(M.END_STREAM, None)]   # 80 KB windows
+    publisher = threading.Thread(target=publish, args=(srv.publisher("p", 0), data), daemon=True)
+    try:
+        publisher.start()
+        assert started.wait(10), "nothing was spilled"
+        # the first window is being written to its spill file; it is still served from memory
+        early = subscribe(srv, "p", 0)
+        assert early.wait_count(6, timeout=10)[:6] == data[:6]
+        # and the purge of the first two windows is not held up by the write either
+        purged = threading.Thread(target=srv.purge, args=("p", 2), daemon=True)
+        purged.start()
+        purged.join(10)
+        assert not purged.is_alive(), "the purge waited for the spill"
+        assert publisher.is_alive(), "the spill did not wait for the test"
+        release.set()
+        publisher.join(30)
+        assert not publisher.is_alive()
+        early.close()
+        # the purged window's file went (it was created under the purge's feet), the rest is exact
+        assert not (tmp_path / "p").exists() or not any(
+            f.name == f"{0:010d}.spill" for f in (tmp_path / "p").rglob("*.spill"))
+        late = subscribe(srv, "p", 0)
+        late.thread.join(10)
+        assert late.error is None and late.msgs == windows(range(3, 13), 4, size=20_000) + [(M.END_STREAM, None)]
+        stats = srv.stats()["p"]
+        assert 0 < stats["memory_bytes"] <= 0.25 * 2**20
+        on_disk = sum(f.stat().st_size for f in tmp_path.rglob("*.spill"))
+        assert stats["spilled_bytes"] == on_disk > 0
+    finally:
+        release.set()
+        srv.stop()
