@@ -118,3 +118,14 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+    gc.enable()  # after pause_gc
+
+
+def pause_gc() -> None:
+    """No cyclic collection until :func:`tune_gc` (a master process only, while it builds its state).
+
+    Building the plan of a restored journal only allocates: a collection finds no garbage,
+    yet each full one scans everything built so far. At 20,000 operators they took 1.2 s of
+    a 2.3 s journal read.
+    """
+    gc.disable()

@@ -31,7 +31,6 @@ under the master's lock, before the response that depends on it leaves.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
@@ -258,7 +257,7 @@ def replay(doc: dict[str, Any], log: bytes) -> dict[str, Any]:
     lines = log.split(b"\n")
     for n, line in enumerate(lines[:-1]):  # the part after the last newline was never acknowledged
         try:
-            record = json.loads(line)
+            record = journal.loads(line)
             for op_id, fields in record.get("ops", {}).items():
                 ops[int(op_id)].update(fields)
             for cid, fields in record.get("containers", {}).items():

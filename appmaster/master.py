@@ -25,7 +25,7 @@ from appmaster import scaling
 from appmaster.addressfiles import AddressFiles
 from appmaster.dispatcher import Dispatcher
 from appmaster.events import DiskFull, MasterPaused, Resumed
-from appmaster.housekeeping import Purger, tune_gc
+from appmaster.housekeeping import Purger, pause_gc, tune_gc
 from appmaster.journallog import JournalWriter, read_journal
 from appmaster.launcher import ContainerRequest, Launcher, container_request_env
 from appmaster.listener import load_listener
@@ -67,6 +67,8 @@ class AppMaster(AddressFiles):
         self.tune_gc = tune_gc
         self.host = host or os.environ.get("STRAM_HOST") or socket.gethostname()
         self.lock = threading.RLock()
+        if tune_gc:  # until start() has made the state: then the collector is tuned for it
+            pause_gc()
         now = _now()
         previous = read_journal(app_path)  # JournalVersionError: one this stram cannot read
         #: Snapshots and the log of what changed between them (:mod:`appmaster.journallog`).

@@ -160,3 +160,41 @@ def test_a_master_refuses_to_resume_from_a_newer_journal(tmp_path):
     with pytest.raises(JournalVersionError, match=rf"journal file://{tmp_path}/journal/snapshot is journal "
                                                   rf"version 2 .*this stram reads journal version 1"):
         AppMaster(AppSpec.from_yaml(PARTITIONED), "app-j", f"file://{tmp_path}", "tok", launcher=None)
+
+
+def test_a_plan_document_without_a_field_that_has_a_default_gets_the_default():
+    doc = json.loads(journal.encode({"version": 1, "plan": journal.plan_to_doc(journaled_run().state.plan)}))
+    plan = doc["plan"]
+    del plan["operators"][0]["restarts"]
+    del plan["containers"][0]["pending_deploy"]
+    again = journal.plan_from_doc(plan)
+    first_op, first_container = next(iter(again.operators.values())), next(iter(again.containers.values()))
+    assert first_op.restarts == 0 and first_container.pending_deploy == set()
+    del plan["operators"][1]["name"]   # no default: refused
+    with pytest.raises(JournalVersionError, match="does not match journal version 1 .*name"):
+        journal.plan_from_doc(plan)
+
+
+@pytest.mark.parametrize("value", [2**64, -(2**63) - 1, 10**30, 2**64 - 1, -(2**63), 12345678901234567890123])
+def test_integers_past_64_bits_are_read_back_exactly(value):
+    """orjson reads an integer past 64 bits as a float: the journal's reader must not."""
+    data = journal.encode({"version": 1, "big": value, "in": [{"v": value}], "s": "12345678901234567890123"})
+    doc = journal.decode(data)
+    assert doc["big"] == value and type(doc["big"]) is int and doc["in"][0]["v"] == value
+    assert journal.loads(b'{"a": %d, "b": NaN}' % value)["a"] == value
+
+
+def test_the_gc_paused_while_a_master_builds_its_state_runs_again_once_tuned():
+    import gc
+
+    from appmaster.housekeeping import pause_gc, tune_gc
+    was = gc.get_threshold()
+    try:
+        pause_gc()
+        assert not gc.isenabled()
+        tune_gc()
+        assert gc.isenabled()
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*was)
+        gc.enable()
