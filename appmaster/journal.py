@@ -211,24 +211,28 @@ def _plain(value: Any) -> Any:
 
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+_FIELD_SETS: dict[type, frozenset[str]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    """A dataclass's field names, in its constructor's order (looked up once per class)."""
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+        _FIELD_SETS[cls] = frozenset(names)
+    return names
 
 
 def _to_doc(obj: Any) -> dict[str, Any]:
-    names = _FIELD_NAMES.get(type(obj))
-    if names is None:
-        names = _FIELD_NAMES[type(obj)] = tuple(f.name for f in dataclasses.fields(obj))
-    return {name: _plain(getattr(obj, name)) for name in names}
+    return {name: _plain(getattr(obj, name)) for name in _field_names(type(obj))}
 
 
-_FIELD_SETS: dict[type, frozenset[str]] = {}
 _set = object.__setattr__
 
 
 def _from_doc(cls: type, doc: dict[str, Any], convert: dict[str, Callable[[Any], Any]]) -> Any:
-    names = _FIELD_SETS.get(cls)
-    if names is None:
-        names = _FIELD_SETS[cls] = frozenset(f.name for f in dataclasses.fields(cls))
-        _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    order = _field_names(cls)
+    names = _FIELD_SETS[cls]
     keys = doc.keys()
     if keys != names:
         unknown = keys - names
@@ -242,7 +246,7 @@ def _from_doc(cls: type, doc: dict[str, Any], convert: dict[str, Callable[[Any],
     # plan's marks are forgotten at once, and at 20,000 operators half a million of them took a
     # third of the restore
     obj = cls.__new__(cls)
-    for name in _FIELD_NAMES[cls]:
+    for name in order:
         value = doc[name]
         _set(obj, name, convert[name](value) if name in convert else value)
     return obj

@@ -81,6 +81,13 @@ def _flatten(frames: list) -> list:
     return out
 
 
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
 def _frame_len(f) -> int:
     return len(f[0]) + len(f[1]) if f.__class__ is tuple else len(f)
 
@@ -267,22 +274,22 @@ class _Stream:
                 self.dir = self.server._stream_dir(self.id)
             unit.path = os.path.join(self.dir, f"{unit.seq:010d}.spill")
         frames, size, path = unit.frames, unit.mem_bytes, unit.path
+        failed: OSError | None = None
         self.cond.release()
         try:
             with open(path, "ab") as f:
                 f.writelines(_flatten(frames))
-        except OSError:
+        except OSError as exc:
+            failed = exc
+        finally:
             self.cond.acquire()
-            if unit.alive and not self.server._stopping:
-                raise
-            return  # dropped or stopped meanwhile: its file went with it
-        self.cond.acquire()
         if not unit.alive:  # purged or rewound away while it was written
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+            _unlink(path)
             return
+        if failed is not None:
+            if self.server._stopping:
+                return  # its directory went with the server
+            raise failed
         offsets = unit.offsets
         for fr in frames:
             offsets.append(offsets[-1] + _frame_len(fr))
@@ -299,10 +306,7 @@ class _Stream:
             self.memory -= u.mem_bytes
             self.spilled_bytes -= u.offsets[-1]
             if u.path is not None:
-                try:
-                    os.unlink(u.path)
-                except FileNotFoundError:
-                    pass
+                _unlink(u.path)
 
     def _truncate(self, drop_from, reason: str) -> None:
         """Drop the first unit matching ``drop_from`` and every unit after it."""
