@@ -253,6 +253,11 @@ ATTRIBUTES: dict[str, Attribute] = _table(
               "error (false: the application fails, naming it).", _DAG_OP),
     _int("BUFFER_MEMORY_MB", 64,
          "Buffer-server memory per publisher before windows spill to disk.", _DAG),
+    _int("QUEUE_CAPACITY", 262144,
+         "Tuples an operator's input queue holds (CONTAINER_LOCAL streams and tuples from the buffer "
+         "server; a control tuple counts one) before its upstream waits, until the queue is half "
+         "drained. Smaller: less memory, but a throttled input operator spreads its data over more "
+         "windows.", _DAG_OP, minimum=2),
     _int("DISK_FULL_TIMEOUT_SECS", 300,
          "Seconds a write that fails for want of space (ENOSPC, EDQUOT, an HDFS quota: the journal, "
          "status, checkpoints, the built-in outputs) is retried while the application pauses and says "

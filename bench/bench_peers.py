@@ -154,9 +154,14 @@ def main() -> None:
     parser.add_argument("--setup", action="store_true", help="install the peers into their own venvs and exit")
     parser.add_argument("--repeat", type=int, default=20, help="copies of Moby-Dick in the input")
     parser.add_argument("--runs", type=int, default=3, help="interleaved rounds (medians printed)")
-    parser.add_argument("--systems", default="loop,one,split,bytewax,spark,flink")
+    known = ["loop", *wc.LAYOUTS, *PEERS]
+    parser.add_argument("--systems", default="loop,one,split,bytewax,spark,flink",
+                        help=f"comma-separated, from: {','.join(known)}")
     args = parser.parse_args()
     systems = [s for s in args.systems.split(",") if s]
+    unknown = [s for s in systems if s not in known]
+    if unknown:
+        parser.error(f"unknown system(s) {','.join(unknown)}; choose from {','.join(known)}")
     if args.setup:
         setup([s for s in systems if s in PEERS])
         return

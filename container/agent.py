@@ -460,7 +460,8 @@ class Agent:
             ended_upstreams=lambda: dict(self.ended_upstreams))
         node = Node(info.id, info.name, operator, context, _KIND[info.type], checkpoint, count,
                     apppath.checkpoints(self.app_path),
-                    exactly_once=attrs.get("PROCESSING_MODE") == "EXACTLY_ONCE")
+                    exactly_once=attrs.get("PROCESSING_MODE") == "EXACTLY_ONCE",
+                    queue_capacity=int(attrs.get("QUEUE_CAPACITY") or attribute_default("QUEUE_CAPACITY")))
         node.inline = info.type == proto.OperatorDeployInfo.OIO
         node.on_state_change = self._on_state_change
         return node

@@ -22,7 +22,6 @@ from __future__ import annotations
 import collections
 import logging
 import pickle
-import queue
 import threading
 import time
 import traceback
@@ -31,6 +30,7 @@ from typing import Any, Callable
 
 from container import fs, space
 from container.batch import batch_handler
+from container.inbox import Inbox
 from container.refs import load_reference
 from container.windows import is_checkpoint_window, window_millis
 from container.operator import (FatalError, InputOperator, Operator, OperatorContext,
@@ -41,11 +41,14 @@ log = logging.getLogger("container.engine")
 
 #: An emit_tuples call that returns faster than this without output means "idle".
 IDLE_CALL_SECONDS = 50e-6
-#: Bound of a node's input queue, in messages (batches of up to BATCH_SIZE tuples, or control
-#: tuples): a faster upstream waits for its downstream. Smaller bounds cost the one-container word
-#: count more time than they save memory (bench_wordcount, side by side: 7.3 s and 227 MB summed
-#: PSS at 256, 8.0 s and 207 MB at 128, 9.4 s and 185 MB at 32): threads hand off more often.
-QUEUE_CAPACITY = 256
+#: Default bound of a node's input queue (:class:`container.inbox.Inbox`) in tuples, a control tuple
+#: counting one (the QUEUE_CAPACITY attribute): a faster upstream waits until the queue is half drained.
+#: The word count in one container (``bench/bench_wordcount.py``, 3 interleaved runs per bound) at
+#: 262,144: 5.3-6.1 s, 228-233 MB summed PSS, container CPU 4.2-4.9 s; at 65,536: 6.1-6.6 s,
+#: 204 MB, 4.7-5.3 s; at 8,192: 7.4-7.6 s, 191-193 MB, 6.0-6.2 s. The reader, held back, spreads its
+#: lines over more 200 ms windows, and KeyCounter emits a row per key per window (363k rows at
+#: 8,192 against 153k): the CPU goes there.
+QUEUE_CAPACITY = 262144
 
 
 def load_class(class_name: str) -> type:
@@ -82,7 +85,8 @@ class Node:
 
     def __init__(self, op_id: int, name: str, operator: Operator, context: OperatorContext,
                  kind: str, checkpoint_window: int, checkpoint_count: int,
-                 checkpoint_dir: str | None, exactly_once: bool = False) -> None:
+                 checkpoint_dir: str | None, exactly_once: bool = False,
+                 queue_capacity: int = QUEUE_CAPACITY) -> None:
         self.id = op_id
         self.name = name
         self.operator = operator
@@ -96,7 +100,7 @@ class Node:
         #: per source index: batch handler (see :func:`container.batch.batch_handler`) and port name
         self.handlers: list[Callable[[list], None]] = []
         self.source_ports: list[str] = []
-        self.queue: queue.Queue = queue.Queue(QUEUE_CAPACITY)
+        self.queue = Inbox(queue_capacity)
         self.state = NodeState.ACTIVE
         self.error = ""
         self.fatal = False
@@ -147,7 +151,7 @@ class Node:
 
     def put(self, src: int, kind: int, value: Any) -> None:
         """Deliver a message from source ``src`` (blocks when the queue is full)."""
-        self.queue.put((src, kind, value))
+        self.queue.put((src, kind, value), len(value) if kind == DATA else 1)
 
     # -- lifecycle ----------------------------------------------------------
     def start(self) -> None:
@@ -164,10 +168,7 @@ class Node:
         False: the caller runs :meth:`tear_down` itself, as the agent does on another thread)."""
         self._stop = True
         if self.thread is not None:
-            try:
-                self.queue.put_nowait((-1, END_STREAM, None))
-            except queue.Full:
-                pass
+            self.queue.put_anyway((-1, END_STREAM, None))
             self.thread.join(timeout)
         for sub in self.remote_inputs:
             sub.close()
@@ -254,7 +255,7 @@ class Node:
             output_counts={n: o.tuples for n, o in self.outputs.items()},
             end_window_timestamp=int(time.time() * 1000),
             cpu_nanos=time.thread_time_ns() - self._cpu_start,
-            queue_size=self.queue.qsize(),
+            queue_size=self.queue.weight(),
             checkpoint_millis=ckpt[0], checkpoint_start=ckpt[1], checkpoint_size=ckpt[2],
             metrics=dict(self._metrics),
             buffer_server_bytes={n: sum(getattr(s, "bytes", 0) for s in o.sinks)

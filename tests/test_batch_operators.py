@@ -183,10 +183,10 @@ class Collect(Operator):
         self.seen.append(t)
 
 
-def node(op_id: int, op: Operator, kind: str, start: int) -> Node:
+def node(op_id: int, op: Operator, kind: str, start: int, **kw) -> Node:
     ctx = OperatorContext(id=op_id, name=type(op).__name__, streaming_window_size_millis=20,
                           attributes={"PROCESSING_MODE": "AT_LEAST_ONCE"})
-    return Node(op_id, ctx.name, op, ctx, kind, start, 1000, None)
+    return Node(op_id, ctx.name, op, ctx, kind, start, 1000, None, **kw)
 
 
 @pytest.mark.parametrize("batch_form", [False, True], ids=["per-tuple", "batch"])
@@ -343,16 +343,17 @@ class Gate(Operator):
 
 def test_a_container_local_stream_holds_a_bounded_number_of_tuples(tmp_path):
     """A reader faster than its CONTAINER_LOCAL downstream waits for it: at most the queue's
-    messages of BATCH_SIZE tuples are in flight (memory), not the whole input; then all arrive."""
-    from container.engine import QUEUE_CAPACITY
+    capacity in tuples is in flight (memory), plus a batch in each operator's hands, not the
+    whole input; then all arrive."""
     from container.sinks import BATCH_SIZE
-    n = (QUEUE_CAPACITY + 2) * BATCH_SIZE * 3 // 2
+    capacity = 4 * BATCH_SIZE
+    n = 40 * BATCH_SIZE
     path = tmp_path / "in.txt"
     path.write_text("".join(f"{i}\n" for i in range(n)))
     reader, gate = io.LineReader(), Gate()
     reader.path = str(path)
     start = initial_window(int(time.time() * 1000))
-    n_reader, n_gate = node(1, reader, "INPUT", start), node(2, gate, "GENERIC", start)
+    n_reader, n_gate = node(1, reader, "INPUT", start), node(2, gate, "GENERIC", start, queue_capacity=capacity)
     n_reader.outputs["output"].add_sink(QueueSink(n_gate, n_gate.add_source("input")))
     nodes = [n_gate, n_reader]
     for x in nodes:
@@ -364,7 +365,8 @@ def test_a_container_local_stream_holds_a_bounded_number_of_tuples(tmp_path):
             last = reader.offset  # until the reader has started and is held
             time.sleep(0.5)
         in_flight = path.read_bytes()[:reader.offset].count(b"\n")
-        assert 0 < in_flight <= (QUEUE_CAPACITY + 2) * BATCH_SIZE < n
+        assert 0 < in_flight <= capacity + 3 * BATCH_SIZE < n
+        assert n_gate.queue.weight() <= capacity + BATCH_SIZE
         gate.gate.set()
         assert n_gate.stopped.wait(60) and n_reader.stopped.wait(5)
     finally:

@@ -173,6 +173,8 @@ BAD_SPECS = [
     ("unknown processing mode", dag("{PROCESSING_MODE: EXACTLY_TWICE}"),
      "app.yaml: attributes.PROCESSING_MODE: expected one of AT_LEAST_ONCE, AT_MOST_ONCE, "
      "EXACTLY_ONCE, got 'EXACTLY_TWICE'"),
+    ("queue capacity below two", dag("{QUEUE_CAPACITY: 1}"),
+     "app.yaml: attributes.QUEUE_CAPACITY: expected an integer >= 2, got 1"),
     ("bool attribute", dag("{BUFFER_SPOOLING: maybe}"),
      "app.yaml: attributes.BUFFER_SPOOLING: expected true or false, got 'maybe'"),
     ("negative recovery attempts", dag("{RECOVERY_ATTEMPTS: -1}"),
@@ -641,7 +643,7 @@ def test_empty_spec_attributes_are_defaults() -> None:
         "CONTAINER_MEMORY_MB": 1024, "VCORES": 1, "LOCALITY_HOST": None, "QUEUE": "default",
         "APPLICATION_TAGS": [], "BLOCK_INTERVAL_MILLIS": 200, "RECEIVER_WAL": False,
         "RECEIVER_MAX_RESTARTS": 10, "STATS_LISTENER": None, "DEBUG": False,
-        "PARTITION_PARALLEL": False,
+        "PARTITION_PARALLEL": False, "QUEUE_CAPACITY": 262144,
     }
     assert {name: spec.attribute(name) for name in expected} == expected
     assert {name: attributes.default(name) for name in expected} == expected
