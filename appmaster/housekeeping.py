@@ -129,3 +129,24 @@ def pause_gc() -> None:
     a 2.3 s journal read.
     """
     gc.disable()
+
+
+#: The interpreter's GIL switch interval (``sys.setswitchinterval``) for a master of at least
+#: :data:`SWITCH_MIN_CONTAINERS` containers while some of them have no heartbeat stream open (start-up,
+#: a restarted master adopting them, replacements). Its gRPC event loop, which accepts their calls,
+#: shares the GIL with the thread handling heartbeats; CPython's 5 ms let it accept a call or two per
+#: turn. ``bench/bench_heartbeats.py`` at 2,000 x 10, 1 s interval, two runs each: every operator
+#: ACTIVE after 16.6-18.3 s at 0.5 ms, 29.7-31.7 s at 5 ms; but 18% fewer heartbeats/s served at
+#: 0.5 ms, so once every container holds its stream the interpreter's own interval comes back.
+#: (20 ms served more heartbeats/s only because it starved the calls of the containers still
+#: connecting, past their 30 s deadline: fewer containers heartbeated.)
+SWITCH_CONNECTING = 0.0005
+SWITCH_MIN_CONTAINERS = 500
+
+
+def switch_interval(live_containers: int, open_streams: int, default: float) -> float:
+    """The switch interval for a master with ``live_containers`` (launched, not lost or released) of
+    which ``open_streams`` hold a heartbeat stream; ``default``: the interpreter's own."""
+    if live_containers >= SWITCH_MIN_CONTAINERS and open_streams < live_containers:
+        return SWITCH_CONNECTING
+    return default

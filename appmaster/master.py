@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from typing import Any
@@ -25,11 +26,12 @@ from appmaster import scaling
 from appmaster.addressfiles import AddressFiles
 from appmaster.dispatcher import Dispatcher
 from appmaster.events import DiskFull, MasterPaused, Resumed
-from appmaster.housekeeping import Purger, pause_gc, tune_gc
+from appmaster.housekeeping import Purger, pause_gc, switch_interval, tune_gc
 from appmaster.journallog import JournalWriter, read_journal
 from appmaster.launcher import ContainerRequest, Launcher, container_request_env
 from appmaster.listener import load_listener
 from appmaster.pacing import HeartbeatPacer
+from appmaster.plan import ContainerState
 from appmaster.reports import in_chunks
 from appmaster.server import UmbilicalServicer, create_server
 from appmaster.state import (AdoptContainer, AdoptContainers, ContainerExited, ContainersStopped,
@@ -105,6 +107,8 @@ class AppMaster(AddressFiles):
         self._wake = threading.Event()
         self.final: Finish | None = None
         self.server = None
+        self.servicer: UmbilicalServicer | None = None
+        self._switch_default = sys.getswitchinterval()
         self.port = 0
         self.admin = None
         self.admin_url = ""
@@ -330,7 +334,8 @@ class AppMaster(AddressFiles):
 
     # ------------------------------------------------------------ run
     def start(self) -> None:
-        servicer = UmbilicalServicer(self.dispatch, self.token, self.dispatch_many, pacer=self.state.pacer)
+        servicer = self.servicer = UmbilicalServicer(self.dispatch, self.token, self.dispatch_many,
+                                                     pacer=self.state.pacer)
         # only where callers are: 127.0.0.1 locally, the node's address on YARN (STRAM_BIND_HOST overrides)
         bind = os.environ.get("STRAM_BIND_HOST") or self.host
         self.tls_identity = self._tls_identity()
@@ -403,7 +408,10 @@ class AppMaster(AddressFiles):
                 with self.lock:
                     done = len(self.state.removed)
                     total = done + len(self.state.plan.operators)
+                    live = sum(1 for c in self.state.plan.containers.values() if c.state not in _GONE)
                 self.launcher.set_progress(done / total if total else 1.0)
+                if self.servicer is not None:
+                    self._set_switch_interval(live, self.servicer.open_streams)
                 last_status = time.monotonic()
             if self.state.state != "RUNNING" and not self.finished.is_set():
                 self._wait_for_containers()
@@ -414,6 +422,15 @@ class AppMaster(AddressFiles):
         self.write_status()
         self.stop()
         return final.state
+
+    def _set_switch_interval(self, live: int, streams: int) -> None:
+        """The GIL switch interval for how many of the ``live`` containers hold a heartbeat stream
+        (:func:`appmaster.housekeeping.switch_interval`); a change is logged."""
+        interval = switch_interval(live, streams, self._switch_default)
+        if interval != sys.getswitchinterval():
+            sys.setswitchinterval(interval)
+            log.info("GIL switch interval %.1f ms (%d of %d containers hold a heartbeat stream)",
+                     interval * 1000, streams, live)
 
     def _rest(self, seconds: float) -> bool:
         """Wait up to ``seconds`` (less when the application leaves RUNNING); whether it finished."""
@@ -536,6 +553,8 @@ class AppMaster(AddressFiles):
 
 #: Seconds between two checks that ``heartbeatUri`` and ``admin.json`` are present and current.
 KEEP_FILES_SECONDS = 2.0
+#: Containers that no longer count as live (the GIL switch interval's count).
+_GONE = (ContainerState.LOST, ContainerState.RELEASED)
 
 #: The stats listener is called at most this often.
 LISTENER_INTERVAL_MILLIS = 1000

@@ -75,6 +75,8 @@ class UmbilicalServicer(proto.StreamingContainerUmbilicalServicer):
         #: Told how long each heartbeat took from its arrival to its answer
         #: (:class:`appmaster.pacing.HeartbeatPacer`); None: nobody.
         self.pacer = pacer
+        #: HeartbeatStream calls open now (:class:`AsyncUmbilical` counts them, on its event loop).
+        self.open_streams = 0
         #: Handles a batch of events at once (:meth:`appmaster.dispatcher.Dispatcher.dispatch_many`):
         #: per event its reply or the exception it raised. Default: ``dispatch`` one by one.
         self.dispatch_many = dispatch_many or self._one_by_one
@@ -235,16 +237,20 @@ class AsyncUmbilical(proto.StreamingContainerUmbilicalServicer):
         """
         call = _CallContext(context)
         pacer = self.servicer.pacer
-        async for request in requests:
-            began = time.monotonic()
-            answer = await self.batches.submit(request, call)
-            if pacer is not None:
-                pacer.observe(time.monotonic() - began)
-            if isinstance(answer, _Abort):
-                await context.abort(answer.code, answer.details)
-            if isinstance(answer, BaseException):
-                raise answer
-            yield answer
+        self.servicer.open_streams += 1
+        try:
+            async for request in requests:
+                began = time.monotonic()
+                answer = await self.batches.submit(request, call)
+                if pacer is not None:
+                    pacer.observe(time.monotonic() - began)
+                if isinstance(answer, _Abort):
+                    await context.abort(answer.code, answer.details)
+                if isinstance(answer, BaseException):
+                    raise answer
+                yield answer
+        finally:
+            self.servicer.open_streams -= 1
 
 
 #: Most heartbeats handled in one batch (one hold of the master's lock, one journal write).

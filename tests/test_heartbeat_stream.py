@@ -61,9 +61,8 @@ class Master:
             self.seen.extend(type(event).__name__ for event in events)
             return self.dispatcher.dispatch_many(events)
 
-        self.server, self.port = create_server(
-            UmbilicalServicer(dispatch, TOKEN, dispatch_many if batched else None), host="127.0.0.1",
-            tls_identity=tls_identity)
+        self.servicer = UmbilicalServicer(dispatch, TOKEN, dispatch_many if batched else None)
+        self.server, self.port = create_server(self.servicer, host="127.0.0.1", tls_identity=tls_identity)
         (tmp_path / "heartbeatUri").write_text(f"127.0.0.1:{self.port}")
 
     def stop(self) -> None:
@@ -109,6 +108,28 @@ def test_heartbeats_go_over_one_call_and_each_gets_its_own_response_in_order(tmp
         assert master.seen.count("Heartbeat") == 20
     finally:
         u.close()
+
+
+def _until(predicate, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return predicate()
+
+
+def test_the_servicer_counts_the_heartbeat_streams_open(tmp_path, master):
+    """What the master's GIL switch interval goes by (appmaster.housekeeping.switch_interval)."""
+    assert master.servicer.open_streams == 0
+    one, two = agent(tmp_path, C1), agent(tmp_path, C2)
+    try:
+        one.call("ProcessHeartbeat", heartbeat(C1, 4242))
+        two.call("ProcessHeartbeat", heartbeat(C2, 4243))
+        assert master.servicer.open_streams == 2
+        one.close()
+        assert _until(lambda: master.servicer.open_streams == 1)
+    finally:
+        two.close()
+    assert _until(lambda: master.servicer.open_streams == 0)
 
 
 def test_a_stream_with_another_containers_credential_is_refused_and_changes_nothing(tmp_path, master):
