@@ -255,9 +255,9 @@ ATTRIBUTES: dict[str, Attribute] = _table(
          "Buffer-server memory per publisher before windows spill to disk.", _DAG),
     _int("QUEUE_CAPACITY", 262144,
          "Tuples an operator's input queue holds (CONTAINER_LOCAL streams and tuples from the buffer "
-         "server; a control tuple counts one) before its upstream waits, until the queue is half "
-         "drained. Smaller: less memory, but a throttled input operator spreads its data over more "
-         "windows.", _DAG_OP, minimum=2),
+         "server; a control tuple counts one, an Arrow record batch its rows) before its upstream "
+         "waits, until the queue is half drained. Smaller: less memory, but a throttled input "
+         "operator spreads its data over more windows.", _DAG_OP, minimum=2),
     _int("DISK_FULL_TIMEOUT_SECS", 300,
          "Seconds a write that fails for want of space (ENOSPC, EDQUOT, an HDFS quota: the journal, "
          "status, checkpoints, the built-in outputs) is retried while the application pauses and says "

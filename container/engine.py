@@ -42,13 +42,23 @@ log = logging.getLogger("container.engine")
 #: An emit_tuples call that returns faster than this without output means "idle".
 IDLE_CALL_SECONDS = 50e-6
 #: Default bound of a node's input queue (:class:`container.inbox.Inbox`) in tuples, a control tuple
-#: counting one (the QUEUE_CAPACITY attribute): a faster upstream waits until the queue is half drained.
+#: counting one and an Arrow record batch its rows (the QUEUE_CAPACITY attribute): a faster upstream waits until the queue is half drained.
 #: The word count in one container (``bench/bench_wordcount.py``, 3 interleaved runs per bound) at
 #: 262,144: 5.3-6.1 s, 228-233 MB summed PSS, container CPU 4.2-4.9 s; at 65,536: 6.1-6.6 s,
 #: 204 MB, 4.7-5.3 s; at 8,192: 7.4-7.6 s, 191-193 MB, 6.0-6.2 s. The reader, held back, spreads its
 #: lines over more 200 ms windows, and KeyCounter emits a row per key per window (363k rows at
 #: 8,192 against 153k): the CPU goes there.
 QUEUE_CAPACITY = 262144
+
+
+def message_weight(kind: int, value: Any) -> int:
+    """What a queued message counts toward QUEUE_CAPACITY: a data batch its tuples (a pyarrow
+    record batch or table its rows), anything else 1."""
+    if kind != DATA or not value:
+        return 1
+    if hasattr(value[0], "num_rows"):  # an Arrow stream's batch: a few record batches of many rows
+        return max(sum(getattr(t, "num_rows", 1) for t in value), 1)
+    return len(value)
 
 
 def load_class(class_name: str) -> type:
@@ -151,7 +161,7 @@ class Node:
 
     def put(self, src: int, kind: int, value: Any) -> None:
         """Deliver a message from source ``src`` (blocks when the queue is full)."""
-        self.queue.put((src, kind, value), len(value) if kind == DATA else 1)
+        self.queue.put((src, kind, value), message_weight(kind, value))
 
     # -- lifecycle ----------------------------------------------------------
     def start(self) -> None:

@@ -112,3 +112,17 @@ def test_the_queue_capacity_attribute_bounds_a_deployed_operators_queue(tmp_path
                                     context_attributes=attributes)
     node = agent._create(info)
     assert node.queue.capacity == want and node.queue.low_water == want // 2
+
+
+def test_a_message_weighs_its_tuples_and_an_arrow_batch_its_rows():
+    import pyarrow as pa
+
+    from container.engine import message_weight
+    from container.sinks import BEGIN_WINDOW, DATA
+    batch = pa.RecordBatch.from_pydict({"v": list(range(1000))})
+    assert message_weight(DATA, ["a", "b", "c"]) == 3
+    assert message_weight(DATA, [batch, batch.slice(0, 10)]) == 1010
+    assert message_weight(DATA, [pa.Table.from_batches([batch])]) == 1000
+    assert message_weight(DATA, [batch.slice(0, 0)]) == 1  # never weightless
+    assert message_weight(DATA, []) == 1
+    assert message_weight(BEGIN_WINDOW, 12345) == 1
