@@ -35,7 +35,7 @@ from container.logsetup import rate_limit
 from container.stacks import thread_stacks
 from container.umbilical import COMPLAIN_SECONDS, MasterGone, Umbilical  # noqa: F401 - re-exported
 from container.windows import initial_window
-from container.engine import Node, NodeState, load_class
+from container.engine import QUEUE_CAPACITY, Node, NodeState, load_class
 from container.sinks import (BEGIN_WINDOW, CHECKPOINT, DATA, END_STREAM, END_WINDOW, DirectSink,
                              PublisherSink, QueueSink)
 from container.operator import InputConnection, OperatorContext
@@ -461,7 +461,7 @@ class Agent:
         node = Node(info.id, info.name, operator, context, _KIND[info.type], checkpoint, count,
                     apppath.checkpoints(self.app_path),
                     exactly_once=attrs.get("PROCESSING_MODE") == "EXACTLY_ONCE",
-                    queue_capacity=int(attrs.get("QUEUE_CAPACITY") or attribute_default("QUEUE_CAPACITY")))
+                    queue_capacity=int(attrs.get("QUEUE_CAPACITY") or QUEUE_CAPACITY))
         node.inline = info.type == proto.OperatorDeployInfo.OIO
         node.on_state_change = self._on_state_change
         return node

@@ -28,6 +28,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from appmaster.attributes import default as attribute_default
 from container import fs, space
 from container.batch import batch_handler
 from container.inbox import Inbox
@@ -41,14 +42,15 @@ log = logging.getLogger("container.engine")
 
 #: An emit_tuples call that returns faster than this without output means "idle".
 IDLE_CALL_SECONDS = 50e-6
-#: Default bound of a node's input queue (:class:`container.inbox.Inbox`) in tuples, a control tuple
-#: counting one and an Arrow record batch its rows (the QUEUE_CAPACITY attribute): a faster upstream waits until the queue is half drained.
-#: The word count in one container (``bench/bench_wordcount.py``, 3 interleaved runs per bound) at
-#: 262,144: 5.3-6.1 s, 228-233 MB summed PSS, container CPU 4.2-4.9 s; at 65,536: 6.1-6.6 s,
-#: 204 MB, 4.7-5.3 s; at 8,192: 7.4-7.6 s, 191-193 MB, 6.0-6.2 s. The reader, held back, spreads its
-#: lines over more 200 ms windows, and KeyCounter emits a row per key per window (363k rows at
-#: 8,192 against 153k): the CPU goes there.
-QUEUE_CAPACITY = 262144
+#: Default bound of a node's input queue (:class:`container.inbox.Inbox`), from the QUEUE_CAPACITY
+#: attribute: tuples, a control tuple counting one and an Arrow record batch its rows; a faster
+#: upstream waits until the queue is half drained. The one-container word count (the launch
+#: ``bench/bench_wordcount.py`` makes, 3 interleaved runs per bound) at 262,144: 5.3-6.1 s,
+#: 228-233 MB summed PSS, container CPU 4.2-4.9 s; at 65,536: 6.1-6.6 s, 204 MB, 4.7-5.3 s; at
+#: 8,192: 7.4-7.6 s, 191-193 MB, 6.0-6.2 s. The reader, held back, spreads its lines over more
+#: 200 ms windows, and KeyCounter emits a row per key per window (363k rows at 8,192 against
+#: 153k): the CPU goes there.
+QUEUE_CAPACITY: int = attribute_default("QUEUE_CAPACITY")
 
 
 def message_weight(kind: int, value: Any) -> int:

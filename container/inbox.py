@@ -30,8 +30,8 @@ class Full(Exception):
 class Inbox:
     """FIFO of messages, each with a weight; :meth:`put` waits while the inbox is full.
 
-    ``capacity`` is in weight units. One message heavier than the whole capacity
-    is still taken when the inbox is below its low-water mark: a bound never stalls
+    ``capacity`` is in weight units. A message is taken whenever the inbox holds less
+    than its capacity and no producer waits, however heavy it is: a bound never stalls
     a stream, it only limits how far a producer runs ahead.
     """
 
