@@ -6,7 +6,7 @@ import builtins
 import threading
 
 from container.bufferserver import BufferServer, MessageType as M, store
-from tests.test_bufferserver import TOKEN, publish, subscribe, windows
+from tests.test_bufferserver import TOKEN, publish, read_all, subscribe, windows
 
 
 class _HeldFile:
@@ -64,4 +64,28 @@ def test_subscribers_and_purges_go_on_while_a_spill_is_written(tmp_path, monkeyp
         assert stats["spilled_bytes"] == on_disk > 0
     finally:
         release.set()
+        srv.stop()
+
+
+def test_a_publisher_over_its_limit_spills_a_slice_and_splits_a_window_between_disk_and_memory(tmp_path):
+    # 256 KB of memory: a spill writes a slice of 32 KB or more (SPILL_SLICES), not half of it; here
+    # that is two of a closed 80 KB window's four 20 KB frames, the oldest, and the rest stay in memory
+    limit = 2**18
+    srv = BufferServer(TOKEN, memory_limit_mb=limit / 2**20, spool_dir=str(tmp_path))
+    srv.start()
+    data = windows(range(1, 13), 4, size=20_000) + [(M.END_STREAM, None)]
+    try:
+        publish(srv.publisher("p", 0), data)
+        stream = srv._streams["p"]
+        split = [u for u in stream.units if u.spilled and u.frames]
+        assert split, [(u.window, u.spilled, len(u.frames)) for u in stream.units]
+        stats = srv.stats()["p"]
+        # spilling a slice at a time keeps memory near the limit (half of it would be left at most
+        # after a spill of half): less goes to disk
+        assert limit - limit // store.SPILL_SLICES - 2 * 20_100 <= stats["memory_bytes"] <= limit
+        assert stats["spilled_bytes"] == sum(f.stat().st_size for f in tmp_path.rglob("*.spill")) > 0
+        # every frame is served, in order, from the spill files then from memory
+        assert read_all(srv, "p", 0) == data
+        assert read_all(srv, "p", 7) == windows(range(7, 13), 4, size=20_000) + [(M.END_STREAM, None)]
+    finally:
         srv.stop()

@@ -52,6 +52,9 @@ from container.bufferserver.protocol import (
 __all__ = ["Publisher"]
 
 _SEND_BUDGET = 4 << 20                 # bytes a subscriber thread sends per batch
+#: A publisher over its memory limit spills a slice of it at a time (1/8: 64 MB of 512): while it
+#: writes it appends nothing, and a subscriber that keeps up drains what is left in memory.
+SPILL_SLICES = 8
 
 
 class _Owner(Protocol):
@@ -240,7 +243,9 @@ class _Stream:
         """Spill, or wait for a purge, until ``size`` more bytes fit the limit."""
         limit = self.server.memory_limit
         if self.server.spool_root is not None:
-            self._spill(max(limit // 2 - size, 0), include_open=False)
+            # a slice at a time: the publisher appends nothing while it writes, and its subscribers
+            # run dry if it writes half its memory at once
+            self._spill(max(limit - max(limit // SPILL_SLICES, size) - size, 0), include_open=False)
             self._still_publishing(gen)
             return
         while self.memory and self.memory + size > limit:
@@ -266,14 +271,21 @@ class _Stream:
             if self.memory <= target:
                 return
             if unit.alive and unit.frames and (unit.closed or include_open):
-                self._spill_unit(unit)
+                self._spill_unit(unit, self.memory - target)
 
-    def _spill_unit(self, unit: _Unit) -> None:
+    def _spill_unit(self, unit: _Unit, need: int) -> None:
+        """Move the unit's oldest frames in memory to its spill file: at least ``need`` bytes, or all."""
         if unit.path is None:
             if self.dir is None:
                 self.dir = self.server._stream_dir(self.id)
             unit.path = os.path.join(self.dir, f"{unit.seq:010d}.spill")
         frames, size, path = unit.frames, unit.mem_bytes, unit.path
+        if need < size:
+            k = size = 0
+            while size < need:
+                size += _frame_len(frames[k])
+                k += 1
+            frames = frames[:k]
         failed: OSError | None = None
         self.cond.release()
         try:
