@@ -12,9 +12,9 @@ RSS. Rates are measured at the sink, from its first to its last tuple. For 4 KiB
 strings and Arrow rows the rate in MB/s is printed beside plain TCP on
 127.0.0.1 between two Python processes, measured in the same run. No window
 is committed during a run, so a buffer-server publisher keeps everything it
-sent and spills what exceeds ``BUFFER_MEMORY_MB`` (512) to disk on the way:
-for the 4 KiB and Arrow paths (1.2 GB and 0.8 GB) the spilled amount is
-(at least) printed beside the rate of plain file writes on the same file system, which
+sent and spills what exceeds ``BUFFER_MEMORY_MB`` (512) to disk on the way.
+For the 4 KiB and Arrow paths (1.2 GB and 0.8 GB) the least it spilled is
+printed beside the rate of plain file writes on the same file system, which
 bounds these paths on a machine whose disk is slower than its loopback.
 
 ``--tls`` runs only the buffer-server paths, each with the application's TLS
@@ -179,10 +179,11 @@ def main() -> None:
         print(f"{r['name']:<30} {r['tuples']:>11,} {r['rate']:>13,.0f} {ratio:>9}  {r['peak_rss_mb']}", flush=True)
         if case[2] == 4096 or case[4]:  # bytes/s beside plain loopback TCP, measured now
             loopback = loopback or loopback_rate()
-            moved = r["rate"] * (case[2] + 4 if case[4] else case[2])  # Arrow: a 4-byte offset per row
+            per_tuple = case[2] + 4 if case[4] else case[2]  # Arrow: a 4-byte offset per row
+            moved = r["rate"] * per_tuple
             print(f"{'':<30} {moved / 1e6:>11,.0f} MB/s = {moved / loopback:.0%} of loopback TCP "
                   f"({loopback / 1e6:,.0f} MB/s)", flush=True)
-            retained = r["tuples"] * (case[2] + 4 if case[4] else case[2])
+            retained = r["tuples"] * per_tuple
             if case[3] is None and retained > SPILL_ABOVE:
                 # no window is committed during a run: the publisher keeps every byte, and what does
                 # not fit BUFFER_MEMORY_MB is written to its spill files on the way
