@@ -356,6 +356,9 @@ class AppMaster(AddressFiles):
         if register is not None:
             register(self.proxy_url, direct=self.admin_url,
                      cert=self.tls_identity.cert_pem if self.tls_identity is not None else None)
+        # status.json before admin.json: whoever finds the admin API (a prestarted container can fail
+        # within its first 300 ms) must not find the application still STARTING in list-apps
+        self.write_status(final=False)
         # containers find the master in heartbeatUri: written last, once everything serves
         no_space = self._write_address_files()
         log.info("application %s: umbilical at %s:%d, admin API at %s", self.app_id, self.host,

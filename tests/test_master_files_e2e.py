@@ -34,6 +34,53 @@ def test_agent_says_why_it_cannot_find_its_master(tmp_path, caplog):
     assert len(lines) == 1, f"one reason, said once per {agent_mod.COMPLAIN_SECONDS}s: {lines}"
 
 
+def test_status_json_is_written_before_admin_json(tmp_path, monkeypatch):
+    """Whoever finds the admin API through admin.json finds the application RUNNING in list-apps.
+
+    A prestarted container once failed 300 ms into the run, before the master's first status.json:
+    the progress line showed the failure while ``stram list-apps`` still said STARTING."""
+    from appmaster import addressfiles, master as master_mod
+    from appmaster.launcher import Launcher
+    from appmaster.spec import AppSpec
+    from test_scale import TOKEN, wordcount
+
+    class Recording(Launcher):  # no processes: the order of the master's own files is what is tested
+        def __init__(self) -> None:
+            self.launched: list[str] = []
+
+        def launch(self, request):
+            self.launched.append(request.container_id)
+
+        def kill(self, container_id):
+            pass
+
+        def stop_all(self, grace=5.0):
+            pass
+
+        def poll(self):
+            return []
+
+        def running(self):
+            return []
+    seen: dict[str, object] = {}
+    write_atomic = addressfiles.fs.write_atomic
+
+    def watching(uri: str, data: bytes) -> None:
+        if uri.endswith("/admin.json"):
+            seen.setdefault("status", stram_apps.read_json(str(tmp_path / "status.json")))
+        write_atomic(uri, data)
+    monkeypatch.setattr(addressfiles.fs, "write_atomic", watching)
+    m = master_mod.AppMaster(AppSpec.from_yaml(wordcount(1)), "app-order", f"file://{tmp_path}", TOKEN,
+                             launcher := Recording())
+    try:
+        m.start()
+    finally:
+        m.stop()
+    assert launcher.launched and "status" in seen, "no container launched, or admin.json never written"
+    status = seen["status"]
+    assert isinstance(status, dict) and status["state"] == "RUNNING" and status["admin_url"] == m.admin_url
+
+
 @pytest.mark.slow
 def test_deleted_heartbeat_uri_is_rewritten_and_a_replacement_container_finds_the_master(tmp_path):
     out = tmp_path / "out"
