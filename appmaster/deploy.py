@@ -6,6 +6,7 @@ plan (placements, buffer servers, partition masks, recovery checkpoints).
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -28,7 +29,22 @@ DAG_ATTRIBUTES = (
 )
 
 _LOCALITY = {"THREAD_LOCAL": proto.THREAD_LOCAL, "CONTAINER_LOCAL": proto.CONTAINER_LOCAL}
-_OP_TYPE = proto.OperatorDeployInfo.OperatorType
+_OP_TYPE = {kind: proto.OperatorDeployInfo.OperatorType.Value(kind) for kind in ("INPUT", "GENERIC", "UNIFIER", "OIO")}
+
+
+@functools.lru_cache(maxsize=4096)
+def _json_scalar(kind: type, value: Any) -> str:
+    return json.dumps(value)
+
+
+def _json(value: Any) -> str:
+    """``json.dumps(value)``; a str, int, bool or None once per distinct value (a deploy of
+    20,000 operators encodes the same few attribute values 100,000 times). Not floats: 0.0 and
+    -0.0 are equal keys with different JSON."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return _json_scalar(kind, value)  # by type too: True and 1 are equal keys, not the same JSON
+    return json.dumps(value)
 
 
 class DeployMessages:
@@ -75,22 +91,20 @@ class DeployMessages:
             app_path=self.app_path,
             buffer_server_token=buffer_server_key(self.token, container_id).encode())
         for name, value in self.attributes.items():
-            ctx.attributes[name] = json.dumps(value)
+            ctx.attributes[name] = _json(value)
         return ctx
 
     def deploy_info(self, op: PTOperator) -> proto.OperatorDeployInfo:
         """The deploy request for one operator (its inputs' sources must be placed)."""
         plan = self.plan
-        op_type = {"INPUT": _OP_TYPE.Value("INPUT"), "GENERIC": _OP_TYPE.Value("GENERIC"),
-                   "UNIFIER": _OP_TYPE.Value("UNIFIER"), "OIO": _OP_TYPE.Value("OIO")}[op.kind]
-        info = proto.OperatorDeployInfo(id=op.id, type=op_type, name=op.name, class_name=op.class_name,
+        info = proto.OperatorDeployInfo(id=op.id, type=_OP_TYPE[op.kind], name=op.name, class_name=op.class_name,
                                         partition_index=op.partition_index,
                                         partition_count=op.partition_count)
         info.checkpoint.window_id = op.recovery_checkpoint
         for k, v in op.properties.items():
-            info.properties[k] = json.dumps(v)
+            info.properties[k] = _json(v)
         for k, v in op.attributes.items():
-            info.context_attributes[k] = json.dumps(v)
+            info.context_attributes[k] = _json(v)
         if op.resume_window > op.recovery_checkpoint + 1:
             info.context_attributes["RESUME_FROM_WINDOW"] = json.dumps(op.resume_window)
         for inp in op.inputs:

@@ -157,3 +157,20 @@ def test_journal_snapshot_restores_the_same_bookkeeping():
     assert restored.tick(T0 + 5_000 + 2_000) == []
     restored.validate_state()
     assert "resumed from the journal" in restored.info()["events"][-1]["text"]
+
+
+def test_a_deploy_request_carries_each_property_as_json_dumps_writes_it():
+    """Equal values of other types (True and 1, 0.0 and -0.0, "1" and 1) keep their own JSON:
+    the encoder's cache of repeated values must not mix them up."""
+    values = {"flag": True, "one": 1, "text": "1", "none": None, "zero": 0.0, "negzero": -0.0,
+              "nan": float("nan"), "big": 2 ** 70, "list": [1, True, "x"], "map": {"a": [None]}}
+    spec = AppSpec.from_yaml(SPEC)
+    spec.operators["src"].properties.update(values)
+    spec.operators["out"].properties.update({"flag": 1, "one": True, "text": 1, "zero": -0.0})
+    state = MasterState(spec, "app", "file:///tmp/misc", "tok", T0, T0)
+    state.start(T0)
+    for name in ("src", "out"):  # out's look-alikes come after src's values are cached
+        op = next(o for o in state.plan.operators.values() if o.name == name)
+        info = state.deploy_info(op)
+        assert dict(info.properties) == {k: json.dumps(v) for k, v in op.properties.items()}
+        assert dict(info.context_attributes) == {k: json.dumps(v) for k, v in op.attributes.items()}
