@@ -123,10 +123,10 @@ class CommittedWindow:
             if window > op.recovery_checkpoint:
                 op.recovery_checkpoint = window
                 heapq.heappush(heap, (window, op_id))
-            old = tuple(c for c in op.checkpoints if c < op.recovery_checkpoint)
-            if old:
-                op.checkpoints = [c for c in op.checkpoints if c >= op.recovery_checkpoint]
-                instructions.append(DeleteCheckpoints(op_id, old))
+            checkpoints, kept = op.checkpoints, op.recovery_checkpoint
+            if checkpoints and min(checkpoints) < kept:  # most touched operators have none older
+                op.checkpoints = [c for c in checkpoints if c >= kept]
+                instructions.append(DeleteCheckpoints(op_id, tuple(c for c in checkpoints if c < kept)))
         return instructions
 
     def _commit(self, state: Any) -> None:
