@@ -26,7 +26,9 @@ API's ``operators`` page time, and a last line of ``name=value`` figures.
 ``steady_p50_ms``/``steady_p99_ms`` count only the heartbeats begun once
 every operator was ACTIVE; ``master_answer_ms_*`` is a heartbeat's time from
 its arrival to its answer inside the master (what its pacer sees), apart from
-the harness and the transport; ``interval_ms`` is the heartbeat interval the
+the harness and the transport (``steady_master_answer_ms_*``: of the answers
+given once every operator was ACTIVE; beside ``steady_p99_ms`` it tells the
+master's delays from the agents' own); ``interval_ms`` is the heartbeat interval the
 master asked for at the end (:mod:`appmaster.pacing` stretches it while its
 answers queue, up to ``--max-interval-ms``; ``--max-interval-ms 1000`` keeps
 it at the configured 1 s).
@@ -217,11 +219,13 @@ def run_master(app_dir: str, profile: bool, adopt: bool) -> int:
 
     master.dispatch_many = counted_many
     answers: list[float] = []  # in the master: each heartbeat's arrival to its answer (what its pacer sees)
+    answered_at: list[float] = []  # and when (wall clock), to tell the steady state's apart
     pacer = master.state.pacer
     observe = pacer.observe
 
     def timed_observe(seconds: float) -> None:
         answers.append(seconds)
+        answered_at.append(time.time())
         observe(seconds)
 
     pacer.observe = timed_observe  # type: ignore[method-assign]
@@ -243,6 +247,13 @@ def run_master(app_dir: str, profile: bool, adopt: bool) -> int:
     journal_bytes = sum(os.path.getsize(os.path.join(journal_dir, name)) for name in os.listdir(journal_dir))
     writer = master.journal_writer
     figures.update(journal_snapshots=writer.snapshots, journal_lines=writer.lines)
+    deployed_at = heartbeat_master.read_json(os.path.join(sim, f"progress-{master.state.attempt}.json")).get(
+        "deployed_at")
+    if deployed_at is not None:  # answered once every operator was ACTIVE: the master apart from the agents
+        steady = sorted(a for a, at in zip(answers, answered_at) if at >= deployed_at)
+        if steady:
+            figures["steady_answer_ms"] = {"p50": 1000 * steady[len(steady) // 2],
+                                           "p99": 1000 * steady[int(0.99 * (len(steady) - 1))]}
     figures.update(journal_writes=len(journal_times), journal_ms=_ms(journal_times), journal_bytes=journal_bytes,
                    committed_updates=len(committed_times), committed_ms=_ms(committed_times),
                    batches=len(batches), batch_mean=sum(batches) / len(batches) if batches else 0.0,
@@ -530,6 +541,8 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
         "batch_mean": round(mfig.get("batch_mean", 0.0), 1), "batch_max": mfig.get("batch_max", 0),
         "master_answer_ms_mean": round(mfig.get("answer_ms", {}).get("mean", 0.0), 2),
         "master_answer_ms_p99": round(mfig.get("answer_ms", {}).get("p99", 0.0), 2),
+        "steady_master_answer_ms_p50": round(mfig.get("steady_answer_ms", {}).get("p50", 0.0), 2),
+        "steady_master_answer_ms_p99": round(mfig.get("steady_answer_ms", {}).get("p99", 0.0), 2),
         "committed_ms_mean": round(mfig.get("committed_ms", {}).get("mean", 0.0), 3),
         "committed_ms_max": round(mfig.get("committed_ms", {}).get("max", 0.0), 3),
         "admin_operators_ms": round(statistics.median(admin_ms), 1) if admin_ms else None,
@@ -572,7 +585,9 @@ def report(r: dict[str, Any]) -> None:
           f"heartbeats per batch {r['batch_mean']} mean, {r['batch_max']} max; a heartbeat's arrival to its "
           f"answer in the master {r['master_answer_ms_mean']} ms mean / {r['master_answer_ms_p99']} ms p99")
     print(f"  steady state (heartbeats begun once every operator was ACTIVE): p50 {r['steady_p50_ms']} ms, "
-          f"p99 {r['steady_p99_ms']} ms over {r['steady_heartbeats']}; heartbeat interval at the end "
+          f"p99 {r['steady_p99_ms']} ms over {r['steady_heartbeats']} (arrival to answer in the master: p50 "
+          f"{r['steady_master_answer_ms_p50']} ms, p99 {r['steady_master_answer_ms_p99']} ms); "
+          f"heartbeat interval at the end "
           f"{r['interval_ms']} ms (appmaster.pacing)")
     print(f"  deploy: every operator ACTIVE {r['deploy_s']} s after planning began "
           f"({r['deploy_from_process_start_s']} s after the master's process started); "

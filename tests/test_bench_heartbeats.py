@@ -41,6 +41,8 @@ def test_harness_runs_a_small_configuration():
     # every operator became ACTIVE, and the CLI listed them all
     assert 0 < float(figures["deploy_s"]) < float(figures["deploy_from_process_start_s"]), figures
     assert float(figures["list_operators_s"]) > 0 and figures["list_operators_rows"] == "250", figures
+    # the steady state's answers, timed inside the master (apart from the agents' event loops)
+    assert 0 < float(figures["steady_master_answer_ms_p50"]) <= float(figures["steady_master_answer_ms_p99"]), figures
     assert "restart_resume_s" not in figures, figures
 
 
