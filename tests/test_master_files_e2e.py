@@ -40,28 +40,8 @@ def test_status_json_is_written_before_admin_json(tmp_path, monkeypatch):
     A prestarted container once failed 300 ms into the run, before the master's first status.json:
     the progress line showed the failure while ``stram list-apps`` still said STARTING."""
     from appmaster import addressfiles, master as master_mod
-    from appmaster.launcher import Launcher
     from appmaster.spec import AppSpec
-    from test_scale import TOKEN, wordcount
-
-    class Recording(Launcher):  # no processes: the order of the master's own files is what is tested
-        def __init__(self) -> None:
-            self.launched: list[str] = []
-
-        def launch(self, request):
-            self.launched.append(request.container_id)
-
-        def kill(self, container_id):
-            pass
-
-        def stop_all(self, grace=5.0):
-            pass
-
-        def poll(self):
-            return []
-
-        def running(self):
-            return []
+    from test_scale import TOKEN, FakeLauncher, wordcount  # FakeLauncher starts no processes
     seen: dict[str, object] = {}
     write_atomic = addressfiles.fs.write_atomic
 
@@ -71,7 +51,7 @@ def test_status_json_is_written_before_admin_json(tmp_path, monkeypatch):
         write_atomic(uri, data)
     monkeypatch.setattr(addressfiles.fs, "write_atomic", watching)
     m = master_mod.AppMaster(AppSpec.from_yaml(wordcount(1)), "app-order", f"file://{tmp_path}", TOKEN,
-                             launcher := Recording())
+                             launcher := FakeLauncher())
     try:
         m.start()
     finally:

@@ -21,6 +21,7 @@ import pytest
 
 from statekit import StateRun  # noqa: E402
 from appmaster import journal, scaling
+from appmaster.launcher import Launcher
 from appmaster.reports import WindowSample
 from appmaster.plan import PUBLISHER_TAG_MASK, OperatorState
 from appmaster.spec import AppSpec
@@ -422,7 +423,9 @@ def test_stats_view_is_a_read_only_snapshot_and_the_example_listener_scales_coun
         scaling.listener_requests(view, {"count": "2"})
 
 
-class FakeLauncher:
+class FakeLauncher(Launcher):
+    """Records the containers launched; starts no processes."""
+
     def __init__(self) -> None:
         self.launched: list[str] = []
 
@@ -431,6 +434,15 @@ class FakeLauncher:
 
     def kill(self, container_id: str) -> None:
         pass
+
+    def poll(self) -> list:
+        return []
+
+    def stop_all(self, grace: float = 5.0) -> None:
+        pass
+
+    def running(self) -> list[str]:
+        return []
 
 
 def test_master_applies_the_listener_through_the_scale_path(tmp_path, monkeypatch):
