@@ -262,6 +262,33 @@ def logs(args: argparse.Namespace) -> int:
     return 0
 
 
+def driver(args: argparse.Namespace) -> int:
+    from appmaster.yarn import holder, standing
+    if args.action == "start":
+        principal = args.principal or os.environ.get("STRAM_YARN_PRINCIPAL") or None
+        keytab = args.keytab or os.environ.get("STRAM_YARN_KEYTAB") or None
+        record = holder.start(principal, keytab)
+        print(f"standing driver at {record['address']} (pid {record['pid']}) for "
+              f"{record['key']['conf_dir']}; stop it with `stram driver stop`")
+    elif args.action == "stop":
+        record = holder.stop()
+        print(f"stopped the standing driver (pid {record['pid']})" if record else "no standing driver runs")
+    else:
+        record = standing.running()
+        if args.json:
+            print(json.dumps(record, indent=2))
+        elif record is None:
+            print("no standing driver runs: each command on YARN starts a driver of its own")
+        else:
+            key = record["key"]
+            login = key["principal"] or "none given (on a secure cluster: the ticket cache)"
+            print(f"standing driver at {record['address']} (pid {record['pid']}), up "
+                  f"{time.time() - record['started']:.0f}s\n  HADOOP_CONF_DIR {key['conf_dir']}\n"
+                  f"  principal {login}\n  logs in {standing.driver_dir()}")
+        return 0 if record is not None else 3
+    return 0
+
+
 # ---------------------------------------------------------------- parser
 
 def build_parser() -> argparse.ArgumentParser:
@@ -347,6 +374,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="every log of the application, each with a header")
     p.add_argument("--list", action="store_true", help="list the application's logs and their sizes")
     p.set_defaults(func=logs)
+
+    p = sub.add_parser("driver", help="start, stop or show the standing YARN driver",
+                       description="Every command on YARN talks to the ResourceManager through skein's Java "
+                                   "driver, which takes seconds to start. `stram driver start` starts one that "
+                                   "stays, and the commands use it while it runs, as long as HADOOP_CONF_DIR, "
+                                   "the Kerberos login and SKEIN_CONFIG are the ones it was started with. "
+                                   "`status` exits 3 when none runs. It lives under $STRAM_HOME/driver.")
+    p.add_argument("action", choices=("start", "stop", "status"))
+    p.add_argument("--principal", help="Kerberos principal (default $STRAM_YARN_PRINCIPAL, else the ticket cache)")
+    p.add_argument("--keytab", help="its keytab (default $STRAM_YARN_KEYTAB)")
+    p.add_argument("--json", action="store_true", help="status: one JSON document on stdout")
+    p.set_defaults(func=driver)
     return parser
 
 

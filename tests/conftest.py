@@ -76,7 +76,7 @@ def read_counts(out_dir: pathlib.Path | str) -> tuple[Counter, dict[str, int], l
 
 
 # the session's mini Hadoop cluster (./scripts/minicluster), for the tests that need YARN or HDFS
-from hadoop import minicluster, on_minicluster  # noqa: E402,F401
+from hadoop import minicluster, minicluster_driver, on_minicluster  # noqa: E402,F401
 
 # the session's Kafka broker (./scripts/kafka), for the Kafka connector tests
 from kafka_fixture import kafka, on_kafka  # noqa: E402,F401

@@ -179,23 +179,60 @@ def minicluster(tmp_path_factory) -> Iterator[MiniCluster]:
         stop_cluster(cluster, env)
 
 
+@pytest.fixture(scope="session")
+def minicluster_driver(minicluster, tmp_path_factory) -> Iterator[pathlib.Path]:
+    """A standing skein driver (``stram driver start``) for the session's cluster: its ``$STRAM_HOME/driver``.
+
+    Each stram command on YARN would otherwise start a Java driver of its own (3-4 s and 6 s of CPU
+    on this machine, beside the application under test)."""
+    home = tmp_path_factory.mktemp("driver-home")
+    env = {k: v for k, v in os.environ.items() if k not in _UNSET}
+    env.update(_user_env(minicluster, tmp_path_factory), STRAM_HOME=str(home))
+    started = subprocess.run([sys.executable, "-m", "scripts.cli", "driver", "start"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert started.returncode == 0, started.stderr
+    try:
+        yield home / "driver"
+    finally:
+        stopped = subprocess.run([sys.executable, "-m", "scripts.cli", "driver", "stop"], cwd=ROOT, env=env,
+                                 capture_output=True, text=True, timeout=120)
+        assert stopped.returncode == 0, stopped.stderr
+
+
 @pytest.fixture
-def on_minicluster(minicluster, monkeypatch, tmp_path_factory) -> MiniCluster:
-    """The test runs as a user after ``eval "$(./scripts/minicluster start)"`` (plus pyarrow's HDFS settings)."""
-    return as_user_of(minicluster, monkeypatch, tmp_path_factory)
+def on_minicluster(minicluster, minicluster_driver, monkeypatch, tmp_path_factory) -> MiniCluster:
+    """The test runs as a user after ``eval "$(./scripts/minicluster start)"`` (plus pyarrow's HDFS
+    settings) and ``stram driver start``."""
+    cluster = as_user_of(minicluster, monkeypatch, tmp_path_factory)
+    home = pathlib.Path(os.environ["STRAM_HOME"])  # the test's own (conftest's _stram_home)
+    if not (home / "driver").exists():
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "driver").symlink_to(minicluster_driver, target_is_directory=True)
+    return cluster
+
+
+#: What a user of a cluster has not set (as_user_of removes them from the test's environment).
+_UNSET = ("YARN_CONF_DIR", "STRAM_YARN_APPS_DIR", "STRAM_YARN_APP_PATH", "STRAM_PYTHON_ENV",
+          "STRAM_YARN_PRINCIPAL", "STRAM_YARN_KEYTAB", "STRAM_KEEP_CLASSPATH", "KRB5_CONFIG",
+          "KRB5CCNAME", "JAVA_TOOL_OPTIONS")
+
+
+def _user_env(cluster: MiniCluster, tmp_path_factory) -> dict[str, str]:
+    """The variables a user of ``cluster`` has set (its exports, pyarrow's HDFS settings, skein's)."""
+    return {**cluster.exports, "CLASSPATH": cluster.classpath,
+            "ARROW_LIBHDFS_DIR": str(cluster.hadoop_home / "lib" / "native"),
+            "SKEIN_CONFIG": str(tmp_path_factory.getbasetemp() / "skein"),
+            # every stram command on YARN without the standing driver starts skein's Java driver: C1
+            # and one GC thread start it about twice as fast on a small, busy machine
+            "SKEIN_DRIVER_JAVA_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
 
 
 def as_user_of(cluster: MiniCluster, monkeypatch, tmp_path_factory) -> MiniCluster:
     """Make this test's environment a user's of ``cluster`` (its exports, pyarrow's HDFS settings)."""
-    for var in ("YARN_CONF_DIR", "STRAM_YARN_APPS_DIR", "STRAM_YARN_APP_PATH", "STRAM_PYTHON_ENV",
-                "STRAM_YARN_PRINCIPAL", "STRAM_YARN_KEYTAB", "STRAM_KEEP_CLASSPATH", "KRB5_CONFIG",
-                "KRB5CCNAME", "JAVA_TOOL_OPTIONS"):
+    for var in _UNSET:
         monkeypatch.delenv(var, raising=False)
-    for key, value in cluster.exports.items():
+    for key, value in _user_env(cluster, tmp_path_factory).items():
         monkeypatch.setenv(key, value)
-    monkeypatch.setenv("CLASSPATH", cluster.classpath)
-    monkeypatch.setenv("ARROW_LIBHDFS_DIR", str(cluster.hadoop_home / "lib" / "native"))
-    monkeypatch.setenv("SKEIN_CONFIG", str(tmp_path_factory.getbasetemp() / "skein"))
     if "skein.core" in sys.modules:
         # skein reads SKEIN_CONFIG once, at import: a test that imported it earlier left this process
         # with other credentials than the stram commands it starts, and its TLS to their application
@@ -205,9 +242,6 @@ def as_user_of(cluster: MiniCluster, monkeypatch, tmp_path_factory) -> MiniClust
         fresh = skein.core.Properties()
         monkeypatch.setattr(skein.core, "properties", fresh)
         monkeypatch.setattr(skein, "properties", fresh)
-    # every stram command on YARN starts skein's Java driver: C1 and one GC thread start it
-    # about twice as fast on a small, busy machine
-    monkeypatch.setenv("SKEIN_DRIVER_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
     return cluster
 
 

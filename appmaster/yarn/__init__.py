@@ -5,6 +5,9 @@
 * :mod:`~appmaster.yarn.hadoopconf` — reading the client's Hadoop configuration.
 * :mod:`~appmaster.yarn.driver` — skein's Java driver with a bounded
   ResourceManager wait, and the translation of its failures into stram errors.
+* :mod:`~appmaster.yarn.standing` and :mod:`~appmaster.yarn.holder` — the
+  standing driver (``stram driver start``) that commands reuse instead of
+  starting a driver each.
 * :mod:`~appmaster.yarn.client` — submit, follow, list, kill, and admin calls
   through the ResourceManager's web proxy.
 * :mod:`~appmaster.yarn.launcher` — inside the master: containers as Skein

@@ -149,8 +149,13 @@ def _preflight() -> str:
 
 @contextlib.contextmanager
 def connect(principal: str | None = None, keytab: str | None = None, *,
-            log_path: str | None = None, connect_wait_ms: int | None = None) -> Iterator[Any]:
-    """A ``skein.Client`` on a new driver whose ResourceManager wait is bounded.
+            log_path: str | None = None, connect_wait_ms: int | None = None,
+            standing: bool = True) -> Iterator[Any]:
+    """A ``skein.Client`` on a driver whose ResourceManager wait is bounded.
+
+    The standing driver (``stram driver start``, :mod:`appmaster.yarn.standing`) when one
+    runs that was started for the same configuration, login, wait and skein credentials
+    and it answers; else a new driver, closed on exit.
 
     Parameters
     ----------
@@ -160,6 +165,8 @@ def connect(principal: str | None = None, keytab: str | None = None, *,
         File for the driver's own log (default: a file in a temporary directory).
     connect_wait_ms:
         Total wait for an unreachable ResourceManager, see :func:`hadoop_conf_overlay`.
+    standing:
+        False: always a new driver (the standing driver's own holder).
 
     Yields
     ------
@@ -178,6 +185,23 @@ def connect(principal: str | None = None, keytab: str | None = None, *,
         raise UserError(f"keytab {keytab} does not exist")
     import skein
 
+    if standing and os.environ.get("STRAM_YARN_DRIVER") != "new":
+        from appmaster.yarn import standing as standing_driver
+        address = standing_driver.find(standing_driver.key(conf_dir, principal, keytab, connect_wait_ms))
+        client = None
+        if address is not None:
+            try:
+                client = skein.Client(address=address)  # it pings the driver
+            except Exception as exc:  # noqa: BLE001 - a driver of its own does instead
+                log.info("the standing driver at %s does not answer (%s): starting a driver", address, exc)
+        if client is not None:
+            log.debug("using the standing driver at %s", address)
+            try:
+                yield client
+            finally:
+                with contextlib.suppress(Exception):
+                    client.close()  # the channel only: the driver stays
+            return
     work = tempfile.mkdtemp(prefix="stram-yarn-driver-")
     overlay = hadoop_conf_overlay(conf_dir, os.path.join(work, "conf"), connect_wait_ms=connect_wait_ms)
     log_path = log_path or os.path.join(work, "driver.log")
