@@ -155,6 +155,30 @@ class LinesThenIdle(LineReader):
             self._done = True
 
 
+class SlowUntilSignal(LineReader):
+    """LineReader at ``lines_per_window`` until the file ``signal`` exists, then at
+    ``fast_lines_per_window`` (None: no cap).
+
+    A test keeps its input flowing, slowly enough that it cannot end first, while it makes
+    something happen mid-run (a lost container, a restarted NameNode, a scale), then touches
+    ``signal`` and lets the rest through, instead of waiting out a slow read of all of it."""
+
+    signal: str = ""
+    fast_lines_per_window: int | None = 500
+    transient = ("_file", "_left", "_fast")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._fast = False
+
+    def begin_window(self, window_id: int) -> None:
+        super().begin_window(window_id)
+        if not self._fast and self.signal:
+            self._fast = os.path.exists(self.signal)  # a stat a window, until it is there
+        if self._fast:
+            self._left = self.fast_lines_per_window
+
+
 class Sleeper(Operator):
     """Sleeps inside ``process_input`` (a stuck operator); touches ``marker`` when it starts to."""
 

@@ -34,10 +34,11 @@ pytestmark = [pytest.mark.yarn, pytest.mark.slow]
 
 WORDCOUNT = ROOT / "specs" / "wordcount.yaml"
 MOBY = ROOT / "specs" / "data" / "moby-dick.txt"
-#: windows of 100 ms, 20 lines each: reading Moby-Dick takes 110 s at least
+#: windows of 100 ms, 20 lines each: reading Moby-Dick takes 110 s at least, until the test touches
+#: the reader's signal file once the fault is behind it (tests.e2e_ops.SlowUntilSignal)
 SLOW_READER = ["-D", "STREAMING_WINDOW_SIZE_MILLIS=100", "-D", "HEARTBEAT_INTERVAL_MILLIS=300",
                "-D", "CHECKPOINT_WINDOW_COUNT=5", "-D", "operators.reader.lines_per_window=20",
-               "-D", "operators.count.partitions=2"]
+               "-D", "operators.count.partitions=2", "-D", "operators.reader.class=tests.e2e_ops:SlowUntilSignal"]
 OPERATORS = 6  # reader, split, count[0], count[1], the unifier, out
 
 
@@ -81,7 +82,9 @@ def test_containers_lost_through_yarn_exactly_once(on_minicluster, tmp_path):
     def step(what: str) -> None:
         print(f"[{time.monotonic() - started:6.1f}s] {what}", flush=True)
 
+    signal_file = tmp_path / "faults-done"
     proc, app_id = launch_following(WORDCOUNT, *SLOW_READER, "-D", f"operators.reader.path={moby}",
+                                    "-D", f"operators.reader.signal={signal_file}",
                                     "-D", f"operators.out.path={cluster.uri(base)}/out")
     step(f"submitted {app_id}")
     try:
@@ -107,6 +110,7 @@ def test_containers_lost_through_yarn_exactly_once(on_minicluster, tmp_path):
 
         seen = wait_until(both_redeployed, timeout=180, interval=2, what="the reader and count[1] redeployed")
         step(f"recovered: restarts {seen}")
+        signal_file.touch()  # the rest of the input at full speed
         _, err = proc.communicate(timeout=600)
         step("launch ended")
     except BaseException:
@@ -134,7 +138,9 @@ def test_master_lost_second_attempt_resumes(on_minicluster, tmp_path):
     base = cluster.new_dir("master")
     moby = cluster.put(MOBY, f"{base}/moby.txt")
     started = time.monotonic()
+    signal_file = tmp_path / "resumed"
     proc, app_id = launch_following(WORDCOUNT, *SLOW_READER, "-D", f"operators.reader.path={moby}",
+                                    "-D", f"operators.reader.signal={signal_file}",
                                     "-D", f"operators.out.path={cluster.uri(base)}/out")
     try:
         wait_until(lambda: (rows := running_operators(app_id)) and len(rows) == OPERATORS,
@@ -144,6 +150,11 @@ def test_master_lost_second_attempt_resumes(on_minicluster, tmp_path):
         master = json.loads(cluster.hdfs("-cat", f"{app_path}/admin.json"))
         os.kill(int(master["pid"]), signal.SIGKILL)  # the master's Python process, in the AM container
         killed_at = time.monotonic() - started
+
+        # only the second attempt can answer now (the first one's process is gone)
+        wait_until(lambda: running_operators(app_id), timeout=300, interval=2,
+                   what="the second attempt's operators ACTIVE")
+        signal_file.touch()  # the rest of the input at full speed
         _, err = proc.communicate(timeout=600)
         elapsed = time.monotonic() - started
         assert proc.returncode == 0, err[-4000:]

@@ -29,10 +29,11 @@ pytestmark = [pytest.mark.yarn, pytest.mark.slow]
 WORDCOUNT = ROOT / "specs" / "wordcount.yaml"
 MOBY = ROOT / "specs" / "data" / "moby-dick.txt"
 #: windows of 100 ms, 20 lines each: reading Moby-Dick takes 110 s at least, so the outage is mid-run
-#: even when deploying is slow on a busy machine
+#: even when deploying is slow on a busy machine; the test touches the reader's signal file once the
+#: NameNode is back, and the rest is read at full speed (tests.e2e_ops.SlowUntilSignal)
 SLOW_READER = ["-D", "STREAMING_WINDOW_SIZE_MILLIS=100", "-D", "HEARTBEAT_INTERVAL_MILLIS=300",
                "-D", "CHECKPOINT_WINDOW_COUNT=5", "-D", "operators.reader.lines_per_window=20",
-               "-D", "operators.count.partitions=2"]
+               "-D", "operators.count.partitions=2", "-D", "operators.reader.class=tests.e2e_ops:SlowUntilSignal"]
 DOWN_SECONDS = 5
 
 
@@ -45,7 +46,9 @@ def test_namenode_restart_mid_run(on_minicluster, tmp_path):
     def step(what: str) -> None:
         print(f"[{time.monotonic() - started:6.1f}s] {what}", flush=True)
 
+    signal_file = tmp_path / "namenode-back"
     proc, app_id = launch_following(WORDCOUNT, *SLOW_READER, "-D", f"operators.reader.path={moby}",
+                                    "-D", f"operators.reader.signal={signal_file}",
                                     "-D", f"operators.out.path={cluster.uri(base)}/out")
     step(f"submitted {app_id}")
     try:
@@ -64,6 +67,7 @@ def test_namenode_restart_mid_run(on_minicluster, tmp_path):
         report = cluster.restart_namenode(DOWN_SECONDS)
         step(f"NameNode restarted: {report.splitlines()[-1]}")
         assert proc.poll() is None, "the application ended before the NameNode came back: not mid-run"
+        signal_file.touch()  # the rest of the input at full speed
         _, err = proc.communicate(timeout=600)
         step("launch ended")
     except BaseException:
