@@ -7,6 +7,7 @@ import time
 
 from container.operator import (FatalError, InputOperator, InputPort, Operator, OutputPort,
                                 ShutdownException)
+from container.connectors.kafka import KafkaInput
 from container.operators.io import JsonLinesOutput, LineReader
 
 
@@ -177,6 +178,21 @@ class SlowUntilSignal(LineReader):
             self._fast = os.path.exists(self.signal)  # a stat a window, until it is there
         if self._fast:
             self._left = self.fast_lines_per_window
+
+
+class KafkaUntilSignal(KafkaInput):
+    """KafkaInput at ``max_records_per_window`` until the file ``signal`` exists, then without a cap
+    (as :class:`SlowUntilSignal` for files)."""
+
+    signal: str = ""
+    transient = KafkaInput.transient + ("_fast",)
+
+    def begin_window(self, window_id: int) -> None:
+        super().begin_window(window_id)
+        if not getattr(self, "_fast", False) and self.signal:
+            self._fast = os.path.exists(self.signal)
+        if getattr(self, "_fast", False):
+            self._left = None
 
 
 class Sleeper(Operator):

@@ -63,8 +63,8 @@ def check_output(kafka, topic: str, truth: Counter) -> None:
         assert max(seen) == truth[key]
 
 
-def launch(kafka, in_topic: str, out_topic: str, per_window: int) -> str:
-    return launch_detached("specs/kafka_wordcount.yaml", *FAST,
+def launch(kafka, in_topic: str, out_topic: str, per_window: int, *more: str) -> str:
+    return launch_detached("specs/kafka_wordcount.yaml", *FAST, *more,
                            "-D", f"operators.reader.bootstrap_servers={kafka.servers}",
                            "-D", f"operators.out.bootstrap_servers={kafka.servers}",
                            "-D", f"operators.reader.topics={in_topic}", "-D", "operators.reader.stop_at=latest",
@@ -95,18 +95,23 @@ def test_exactly_once_with_containers_killed_three_times(on_kafka):
     check_output(kafka, out_topic, truth_of(lines))
 
 
-def test_exactly_once_across_a_broker_restart(on_kafka):
+def test_exactly_once_across_a_broker_restart(on_kafka, tmp_path):
     kafka = on_kafka
     in_topic, out_topic = kafka.new_topic("lines", 4), kafka.new_topic("counts", 2)
     lines = make_lines(RECORDS // 2, seed=23)
     produce_evenly(kafka, in_topic, lines)
     # 25,000 lines per reader at 50 a window: 500 windows (50 s) of reading at least, so that the
-    # restart (the broker takes up to a minute to start again on a busy machine) is mid-run
-    app_id = launch(kafka, in_topic, out_topic, per_window=50)
+    # restart (the broker takes up to a minute to start again on a busy machine) is mid-run; once the
+    # broker is back, the rest is read at full speed
+    signal_file = tmp_path / "broker-back"
+    app_id = launch(kafka, in_topic, out_topic, 50, "-D", "operators.reader.class=tests.e2e_ops:KafkaUntilSignal",
+                    "-D", f"operators.reader.signal={signal_file}")
     wait_until(lambda: running_operators(app_id) >= 5, timeout=120, what="all operators running")
     before = committed_window(app_id)
     wait_until(lambda: committed_window(app_id) > before + 5, timeout=120, what="the committed window to advance")
     kafka.restart(down_seconds=5)
+    assert (admin(app_id, "info") or {}).get("state") == "RUNNING", "the input ended before the broker was back"
+    signal_file.touch()
     app = wait_final(app_id, timeout=400)
     assert app["state"] == "SUCCEEDED", app.get("diagnostics")
     logs = ""
