@@ -71,6 +71,12 @@ class DeployMessages:
             return self.pacer.interval_ms
         return int(self.attr("HEARTBEAT_INTERVAL_MILLIS"))  # type: ignore[attr-defined]
 
+    def asked_interval_millis(self) -> int:
+        """The interval one heartbeat's answer asks for: the pacer's, spread (:meth:`HeartbeatPacer.ask_ms`)."""
+        if self.pacer is not None:
+            return self.pacer.ask_ms()
+        return int(self.attr("HEARTBEAT_INTERVAL_MILLIS"))  # type: ignore[attr-defined]
+
     def init_context(self, container_id: str) -> proto.StreamingContainerContext:
         """A container's init context (a query: changes nothing).
 

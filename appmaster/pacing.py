@@ -19,6 +19,11 @@ heartbeat's arrival to its answer:
 - it never exceeds ``HEARTBEAT_MAX_INTERVAL_MILLIS``, nor a third of
   ``HEARTBEAT_TIMEOUT_MILLIS`` (three heartbeats fit in every timeout).
 
+A stretched interval is asked for spread out (:meth:`HeartbeatPacer.ask_ms`):
+each answer asks for up to :data:`SPREAD` less, at random. Containers answered
+together come back together one interval later, and a burst of heartbeats
+queues where the same number spread over the interval would not.
+
 Setting ``HEARTBEAT_MAX_INTERVAL_MILLIS`` to ``HEARTBEAT_INTERVAL_MILLIS``
 keeps the interval fixed. A container being deployed is asked for its next
 heartbeat after the configured interval all the same (its operators' first
@@ -29,11 +34,12 @@ report ends the deploy). The interval in use is in ``get-app-info``
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from typing import Callable
 
-__all__ = ["HeartbeatPacer", "SLOW_SECONDS", "SLOW_SHARE", "MIN_SLOW"]
+__all__ = ["HeartbeatPacer", "SLOW_SECONDS", "SLOW_SHARE", "MIN_SLOW", "SPREAD"]
 
 log = logging.getLogger("appmaster.pacing")
 
@@ -49,6 +55,9 @@ MIN_SLOW = 50
 GROW, SHRINK = 1.5, 0.9
 #: Shortest period between two changes.
 MIN_PERIOD_SECONDS = 1.0
+#: A stretched interval is asked for up to this share less, at random per answer (never below
+#: ``HEARTBEAT_INTERVAL_MILLIS``).
+SPREAD = 0.2
 
 
 class HeartbeatPacer:
@@ -67,10 +76,13 @@ class HeartbeatPacer:
     the master's lock: the figures are plain numbers, updated under a lock of their own.
     """
 
-    def __init__(self, base_ms: int, max_ms: int, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, base_ms: int, max_ms: int, clock: Callable[[], float] = time.monotonic,
+                 draw: Callable[[], float] = random.random) -> None:
         self.base_ms = int(base_ms)
         self.max_ms = max(self.base_ms, int(max_ms))
         self.clock = clock
+        #: Uniform in [0, 1): how much of :data:`SPREAD` an answer takes off (tests pass their own).
+        self.draw = draw
         self._interval = float(self.base_ms)
         self._lock = threading.Lock()
         self._period_start = clock()
@@ -91,6 +103,14 @@ class HeartbeatPacer:
     def interval_ms(self) -> int:
         """The interval to ask containers for now, in milliseconds."""
         return int(self._interval)
+
+    def ask_ms(self) -> int:
+        """The interval one answer asks for: :attr:`interval_ms` less up to :data:`SPREAD` of it,
+        at random, when it is stretched (never below the configured interval); else the configured one."""
+        interval = self._interval
+        if interval <= self.base_ms:
+            return self.base_ms
+        return max(self.base_ms, int(interval * (1.0 - SPREAD * self.draw())))
 
     def observe(self, seconds: float) -> None:
         """One heartbeat was answered ``seconds`` after it arrived."""

@@ -127,7 +127,7 @@ T0 = 1_700_000_000_000
 def test_containers_are_asked_for_the_paced_interval_but_one_being_deployed_for_the_configured_one():
     clock = Clock()
     state = MasterState(AppSpec.from_yaml(SPEC), "app", "file:///tmp/paced", "tok", T0, T0)
-    state.pacer = HeartbeatPacer(1000, 10000, clock)
+    state.pacer = HeartbeatPacer(1000, 10000, clock, draw=lambda: 0.5)
     state.handle(Start(T0))
     assert stretch(state.pacer, clock, 3) == 3375
     (cid, *_) = sorted(state.plan.containers)
@@ -144,7 +144,7 @@ def test_containers_are_asked_for_the_paced_interval_but_one_being_deployed_for_
     first = beat(T0 + 10)
     assert first.deploy_request and first.heartbeat_interval_millis == 1000  # its report ends the deploy
     later = beat(T0 + 1000, [d.id for d in first.deploy_request])
-    assert not later.deploy_request and later.heartbeat_interval_millis == 3375
+    assert not later.deploy_request and later.heartbeat_interval_millis == int(3375 * 0.9)  # spread
     assert state.info(brief=True)["heartbeat_interval_millis"] == 3375
 
 
@@ -157,6 +157,9 @@ class Recording:
 
     @property
     def interval_ms(self) -> int:
+        return 1000
+
+    def ask_ms(self) -> int:
         return 1000
 
 
@@ -189,3 +192,23 @@ def test_the_server_tells_the_pacer_how_long_each_streamed_heartbeat_took(tmp_pa
     finally:
         u.close()
         server.stop(None)
+
+
+def test_a_stretched_interval_is_asked_for_spread_over_its_last_fifth_never_below_the_configured_one():
+    import random
+
+    from appmaster.pacing import SPREAD
+    clock = Clock()
+    draws = random.Random(5)
+    pacer = HeartbeatPacer(1000, 6000, clock, draw=draws.random)
+    assert {pacer.ask_ms() for _ in range(100)} == {1000}  # at the configured interval: as configured
+    assert stretch(pacer, clock, 4) == 5062
+    asked = [pacer.ask_ms() for _ in range(2000)]
+    assert min(asked) >= int(5062 * (1 - SPREAD)) and max(asked) <= 5062
+    # spread, not bunched: every tenth of the range is asked for
+    low = 5062 * (1 - SPREAD)
+    assert len({int((a - low) / (5062 * SPREAD / 10)) for a in asked}) >= 10
+    assert pacer.interval_ms == 5062  # what get-app-info shows: the interval itself
+    narrow = HeartbeatPacer(1000, 1100, clock, draw=lambda: 0.99)
+    stretch(narrow, clock, 1)
+    assert narrow.interval_ms == 1100 and narrow.ask_ms() == 1000  # 1100 * 0.8 would be below 1000
