@@ -5,7 +5,9 @@ size of the plan (megabytes of JSON at a few thousand operators). The
 :class:`JournalWriter` writes ``APP_PATH/journal/snapshot`` (the document of
 :mod:`appmaster.journal`, with ``"log_generation": g``) when the plan's shape
 changes (operators or containers added or removed, operators moved or
-rewired), when the log has grown past :attr:`JournalWriter.compact_bytes`, and
+rewired), when the log has grown past :attr:`JournalWriter.compact_bytes` (a
+*compaction*: made from what the writer journaled, not from the live state,
+so its time under the master's lock is in encoding and writing only), and
 on its first write; in between it appends to ``journal/log-<g>`` one JSON line
 per write with the fields that changed::
 
@@ -94,6 +96,8 @@ class JournalWriter:
         #: Bytes of log after which the next write is a snapshot (at least twice the snapshot).
         self.compact_bytes = 8 << 20
         self.min_compact_bytes = 8 << 20
+        #: ... and at least this many times the size of the last snapshot.
+        self.compact_ratio = 2.0
         self._plan: Any = None
         self._key: tuple = ()
         self._epoch = -1
@@ -110,6 +114,10 @@ class JournalWriter:
         self.last_bytes = 0
         self.snapshots = 0
         self.lines = 0
+        #: Snapshots made from the caches because the log was long (counted in ``snapshots`` too).
+        self.compactions = 0
+        #: operator id -> its cold fields (:data:`COLD_OP_FIELDS`) as the last snapshot wrote them
+        self._cold_docs: dict[int, dict[str, Any]] = {}
 
     # ------------------------------------------------------------ writing
     def write(self, state: Any) -> int:
@@ -122,8 +130,7 @@ class JournalWriter:
         dirty = changes.JOURNAL.take(lambda obj: ops.get(getattr(obj, "id", None)) is obj
                                      or containers.get(getattr(obj, "id", None)) is obj)
         if (plan is not self._plan or key != self._key or changes.JOURNAL.epoch != self._epoch
-                or len(state.removed) < self._removed or self._log_bytes >= self.compact_bytes
-                or not self._local()):
+                or len(state.removed) < self._removed or not self._local()):
             try:
                 self.last_bytes = self._snapshot(state)
             except BaseException:
@@ -159,6 +166,19 @@ class JournalWriter:
         if not record:
             self.last_bytes = 0
             return 0
+        if self._log_bytes >= self.compact_bytes:
+            # the log is long: a new snapshot instead of the line, made from what was journaled
+            # (with this write's changes), not from the live state (a fifth of the time under the lock)
+            self._ops.update(new_ops)
+            self._containers.update(new_containers)
+            self._top = top
+            self._removed = len(state.removed)
+            try:
+                self.last_bytes = self._compact(state)
+            except BaseException:
+                self._plan = None  # the next write is a snapshot of the live state
+                raise
+            return self.last_bytes
         line = journal.dumps(record) + b"\n"
         try:
             self._append(line)
@@ -176,11 +196,40 @@ class JournalWriter:
         return len(line)
 
     def _snapshot(self, state: Any) -> int:
+        """A snapshot of the live state (:meth:`MasterState.snapshot`); the journal's caches anew."""
+        doc = state.snapshot()
+        size = self._write_snapshot(doc)
+        plan = state.plan
+        self._ops = {op.id: _hot(op) for op in plan.operators.values()}
+        self._cold = {op.id: _cold(op) for op in plan.operators.values()}
+        self._cold_docs = {d["id"]: {k: d[k] for k in COLD_OP_FIELDS} for d in doc["plan"]["operators"]}
+        self._containers = {c.id: _hot(c) for c in plan.containers.values()}
+        self._top = top_doc(state)
+        self._removed = len(state.removed)
+        return size
+
+    def _compact(self, state: Any) -> int:
+        """A snapshot of what the journal holds now (the last snapshot with its log replayed), made
+        from the writer's caches: the operators' cold fields as of the last snapshot of the live state
+        (they change only with a new one) and their hot fields, the containers and the top-level
+        fields as of the last write. Progress figures are as the log had them (lower bounds)."""
+        plan = state.plan
+        cold, ops = self._cold_docs, self._ops
+        doc = {**self._top,
+               "plan": {"next_operator_id": plan.next_operator_id, "next_container_number": plan.next_container_number,
+                        "operators": [{**cold[i], **ops[i]} for i in plan.operators],
+                        "containers": [self._containers[c] for c in plan.containers]},
+               "removed": [dict(r) for r in state.removed]}
+        size = self._write_snapshot(doc)
+        self.compactions += 1
+        return size
+
+    def _write_snapshot(self, doc: dict[str, Any]) -> int:
+        """Write ``doc`` as the snapshot of the next generation, whose log starts empty."""
         generation = self.generation + 1
         local = self._local()  # elsewhere no log is ever written: nothing to delete
         if local:
             fs.delete(log_uri(self.app_path, generation))  # a stale one (never the snapshot's)
-        doc = state.snapshot()
         doc["log_generation"] = generation
         data = journal.encode(doc)
         fs.replace_file(journal.journal_uri(self.app_path), data)
@@ -191,14 +240,8 @@ class JournalWriter:
             except OSError:
                 pass  # an old log is never read: its snapshot is gone
         self.generation = generation
-        plan = state.plan
-        self._ops = {op.id: _hot(op) for op in plan.operators.values()}
-        self._cold = {op.id: _cold(op) for op in plan.operators.values()}
-        self._containers = {c.id: _hot(c) for c in plan.containers.values()}
-        self._top = top_doc(state)
-        self._removed = len(state.removed)
         self._log_bytes = 0
-        self.compact_bytes = max(self.min_compact_bytes, 2 * len(data))
+        self.compact_bytes = max(self.min_compact_bytes, int(self.compact_ratio * len(data)))
         self.snapshots += 1
         return len(data)
 

@@ -64,6 +64,7 @@ def _drive(seed: int, events: int, app_path: str, compact: int | None = None):
     writer = journallog.JournalWriter(app_path)
     if compact is not None:
         writer.min_compact_bytes = writer.compact_bytes = compact
+        writer.compact_ratio = 0.0
     handle(state, Start(0))
     writer.write(state)
     yield state, writer, text
@@ -80,12 +81,13 @@ def _drive(seed: int, events: int, app_path: str, compact: int | None = None):
 @pytest.mark.parametrize("block", range(3))
 def test_journal_replayed_after_every_prefix_restores_the_live_state(tmp_path, block: int) -> None:
     """150 drawn applications (fixed seeds), 60 events each; a third compact often."""
-    lines = snapshots = 0
+    lines = snapshots = compactions = 0
     for seed in range(block * 50, block * 50 + 50):
         app_path = f"file://{tmp_path}/app-{seed}"
         for step, (state, writer, text) in enumerate(_drive(seed, 60, app_path, 4096 if seed % 3 == 0 else None)):
             _same_but_progress(_read(app_path), _live(state), f"seed {seed}, after event {step}\n{text}")
         lines, snapshots = lines + writer.lines, snapshots + writer.snapshots
+        compactions += writer.compactions
         writer.close()
         # a new master attempt resumes from it
         restored = MasterState.restore(AppSpec.from_yaml(text), _read(app_path), app_path, "tok", 10**9)
@@ -94,6 +96,7 @@ def test_journal_replayed_after_every_prefix_restores_the_live_state(tmp_path, b
                 for i, op in restored.plan.operators.items()} == \
             {i: (op.recovery_checkpoint, op.checkpoints, op.container) for i, op in state.plan.operators.items()}
     assert lines > 5 * snapshots  # most writes are log lines, not snapshots
+    assert compactions >= 10  # and the compactions were made from the writers' caches
 
 
 def test_a_line_cut_short_is_ignored(tmp_path) -> None:
@@ -145,8 +148,31 @@ def test_compaction_starts_a_new_generation_and_removes_the_old_log(tmp_path) ->
         generations.add(writer.generation)
         logs = sorted(os.listdir(f"{tmp_path}/app/journal"))
         assert [name for name in logs if name.startswith("log-")] in ([], [f"log-{writer.generation}"])
-    assert len(generations) >= 3
+    assert len(generations) >= 3 and writer.compactions >= 2
     _same_but_progress(_read(app_path), _live(state), "after compactions")
+
+
+def test_a_compaction_that_fails_is_followed_by_a_snapshot_of_the_live_state(tmp_path, monkeypatch) -> None:
+    app_path = f"file://{tmp_path}/app"
+    for state, writer, _ in _drive(5, 300, app_path):
+        if writer.lines >= 3:
+            break
+    before = _read(app_path)
+    writer.compact_bytes = 0  # the next change compacts the log
+    snapshots = writer.snapshots
+
+    def no_space(uri: str, data: bytes) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(journallog.fs, "replace_file", no_space)
+    next(iter(state.plan.operators.values())).restarts += 1
+    with pytest.raises(OSError):
+        writer.write(state)
+    assert _read(app_path) == before and writer.compactions == 0  # the journal as it was
+    monkeypatch.undo()
+    assert writer.write(state) > 0
+    assert writer.snapshots == snapshots + 1 and writer.compactions == 0  # of the live state, not the caches
+    assert _read(app_path) == _live(state)
 
 
 def test_progress_alone_is_not_journaled_and_rides_with_the_next_change(tmp_path) -> None:
