@@ -169,10 +169,7 @@ class JournalWriter:
         if self._log_bytes >= self.compact_bytes:
             # the log is long: a new snapshot instead of the line, made from what was journaled
             # (with this write's changes), not from the live state (a fifth of the time under the lock)
-            self._ops.update(new_ops)
-            self._containers.update(new_containers)
-            self._top = top
-            self._removed = len(state.removed)
+            self._remember(new_ops, new_containers, top, len(state.removed))
             try:
                 self.last_bytes = self._compact(state)
             except BaseException:
@@ -186,14 +183,19 @@ class JournalWriter:
             for obj in dirty:  # not written: still changed
                 changes.JOURNAL.mark(obj)
             raise
-        self._ops.update(new_ops)
-        self._containers.update(new_containers)
-        self._top = top
-        self._removed = len(state.removed)
+        self._remember(new_ops, new_containers, top, len(state.removed))
         self._log_bytes += len(line)
         self.lines += 1
         self.last_bytes = len(line)
         return len(line)
+
+    def _remember(self, ops: dict[int, dict[str, Any]], containers: dict[str, dict[str, Any]],
+                  top: dict[str, Any], removed: int) -> None:
+        """What the journal holds now, for the diffs of the next write (and a compaction)."""
+        self._ops.update(ops)
+        self._containers.update(containers)
+        self._top = top
+        self._removed = removed
 
     def _snapshot(self, state: Any) -> int:
         """A snapshot of the live state (:meth:`MasterState.snapshot`); the journal's caches anew."""

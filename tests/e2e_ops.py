@@ -187,11 +187,15 @@ class KafkaUntilSignal(KafkaInput):
     signal: str = ""
     transient = KafkaInput.transient + ("_fast",)
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._fast = False
+
     def begin_window(self, window_id: int) -> None:
         super().begin_window(window_id)
-        if not getattr(self, "_fast", False) and self.signal:
+        if not self._fast and self.signal:
             self._fast = os.path.exists(self.signal)
-        if getattr(self, "_fast", False):
+        if self._fast:
             self._left = None
 
 

@@ -314,7 +314,7 @@ def _refusal(text: str, doing: str) -> StramError | None:
     return None
 
 
-def _log_tail(path: str | None, lines: int = 15) -> str:
+def _log_tail(path: str | None, lines: int = 15, label: str = "driver log") -> str:
     if not path:
         return ""
     try:
@@ -322,7 +322,7 @@ def _log_tail(path: str | None, lines: int = 15) -> str:
             tail = [ln.rstrip() for ln in f.readlines()[-lines:] if ln.strip()]
     except OSError:
         return ""
-    return ("\n  driver log (" + path + "):\n    " + "\n    ".join(tail)) if tail else ""
+    return (f"\n  {label} ({path}):\n    " + "\n    ".join(tail)) if tail else ""
 
 
 def translate(exc: BaseException, doing: str, conf_dir: str | None = None,

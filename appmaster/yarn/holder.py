@@ -20,21 +20,13 @@ import time
 from typing import Any
 
 from appmaster.errors import StramError, UserError
-from appmaster.yarn.driver import _preflight, connect
+from container import fs
+from appmaster.yarn.driver import _log_tail, _preflight, connect
 from appmaster.yarn.standing import HOLDER_MODULE, driver_dir, holder_alive, key, record_path, running
 
 log = logging.getLogger("appmaster.yarn")
 
 __all__ = ["start", "stop", "serve"]
-
-
-def _log_tail(path: str, lines: int = 15) -> str:
-    try:
-        with open(path, errors="replace") as f:
-            tail = f.read().splitlines()[-lines:]
-    except OSError:
-        return ""
-    return ("\n  " + "\n  ".join(tail)) if tail else ""
 
 
 def start(principal: str | None = None, keytab: str | None = None, timeout: float = 180.0) -> dict[str, Any]:
@@ -75,11 +67,12 @@ def start(principal: str | None = None, keytab: str | None = None, timeout: floa
             return record
         if proc.poll() is not None:
             raise StramError(f"the standing driver did not start (exit code {proc.returncode}):"
-                             f"{_log_tail(holder_log)}")
+                             f"{_log_tail(holder_log, label='holder log')}")
         time.sleep(0.1)
     proc.terminate()
     proc.wait(30)
-    raise StramError(f"the standing driver did not start within {timeout:g}s:{_log_tail(holder_log)}")
+    raise StramError(f"the standing driver did not start within {timeout:g}s:"
+                     f"{_log_tail(holder_log, label='holder log')}")
 
 
 def stop(timeout: float = 30.0) -> dict[str, Any] | None:
@@ -105,15 +98,6 @@ def stop(timeout: float = 30.0) -> dict[str, Any] | None:
     return record
 
 
-def _write_record(record: dict[str, Any]) -> None:
-    path = record_path()
-    tmp = f"{path}.{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(record, f)
-    os.replace(tmp, path)
-
-
 def serve(principal: str | None, keytab: str | None) -> int:
     """The holder: open a driver, record it, keep it until SIGTERM or SIGINT (or until it dies)."""
     ended = threading.Event()
@@ -122,7 +106,8 @@ def serve(principal: str | None, keytab: str | None) -> int:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     wanted = key(_preflight(), principal, keytab)
     with connect(principal, keytab, log_path=os.path.join(driver_dir(), "driver.log"), standing=False) as client:
-        _write_record({"pid": os.getpid(), "address": client.address, "key": wanted, "started": time.time()})
+        record = {"pid": os.getpid(), "address": client.address, "key": wanted, "started": time.time()}
+        fs.write_atomic(record_path(), json.dumps(record).encode())
         log.info("standing driver at %s (pid %d)", client.address, os.getpid())
         try:
             # skein keeps the driver's process as _proc; it exits when its stdin (this process) closes

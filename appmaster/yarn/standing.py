@@ -53,9 +53,7 @@ def key(conf_dir: str, principal: str | None, keytab: str | None,
 def holder_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: not our holder
+    except (ProcessLookupError, PermissionError):  # gone, or another user's process: not our holder
         return False
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
