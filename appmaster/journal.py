@@ -37,6 +37,7 @@ from typing import Any, Callable
 
 import orjson
 
+from appmaster.changes import untracked
 from appmaster.errors import StramError
 from appmaster.plan import ContainerState, OperatorState, PhysicalPlan, PTContainer, PTInput, PTOperator
 from container import apppath, fs
@@ -174,12 +175,13 @@ def plan_from_doc(doc: dict[str, Any]) -> PhysicalPlan:
     """
     plan = PhysicalPlan()
     try:
-        for d in doc["operators"]:
-            op = _from_doc(PTOperator, d, _OPERATOR_FIELDS)
-            plan.operators[op.id] = op
-        for d in doc["containers"]:
-            container = _from_doc(PTContainer, d, _CONTAINER_FIELDS)
-            plan.containers[container.id] = container
+        with untracked():  # a new plan: whoever reads it reads it whole
+            for d in doc["operators"]:
+                op = _from_doc(PTOperator, d, _OPERATOR_FIELDS)
+                plan.operators[op.id] = op
+            for d in doc["containers"]:
+                container = _from_doc(PTContainer, d, _CONTAINER_FIELDS)
+                plan.containers[container.id] = container
         plan.next_operator_id = int(doc["next_operator_id"])
         plan.next_container_number = int(doc["next_container_number"])
     except (KeyError, TypeError, ValueError) as exc:

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from appmaster.changes import COMMITTED, Tracked, touch
+from appmaster.changes import COMMITTED, Tracked, touch, untracked
 from container.partition import partition_keys, partition_mask
 
 __all__ = ["OperatorState", "ContainerState", "PTInput", "PTOperator", "PTContainer", "PhysicalPlan",
@@ -165,6 +165,11 @@ class PhysicalPlan:
     def from_spec(cls, spec: Any, initial_checkpoint: int = -1,
                   max_containers: int | None = None) -> "PhysicalPlan":
         """Partitions, unifiers and container placement for a logical plan."""
+        with untracked():  # a new plan: whoever reads it reads it whole
+            return cls._from_spec(spec, initial_checkpoint, max_containers)
+
+    @classmethod
+    def _from_spec(cls, spec: Any, initial_checkpoint: int, max_containers: int | None) -> "PhysicalPlan":
         plan = cls()
         started = time.monotonic()
         total = sum(o.partitions for o in spec.operators.values())
