@@ -1,18 +1,20 @@
 """Where the time of a short ``stram launch`` goes, from the command to the last process gone (run on demand).
 
     python bench/bench_startup.py [--runs 7] [--lines 2000] [--windows 10] [--compare DIR] [--no-compile]
+    python bench/bench_startup.py --layout split      # reader and probe in two containers
 
 Launches a one-container application, a LineReader over ``--lines`` generated
 lines (spread over ``--windows`` 200 ms windows, so that the application is
 still running when the master is fully up, and its end is timed on its own)
 feeding ``bench/bench_ops.py:FirstWindowSink`` (this checkout's, whichever
-stram runs it) on a CONTAINER_LOCAL stream, and times each step from the moment
-``stram launch`` is started, read from the master's and the container's own
-logs and the probe:
+stram runs it) on a CONTAINER_LOCAL stream (``--layout split``: a stream
+between two containers, through the reader's buffer server), and times each
+step from the moment ``stram launch`` is started, read from the master's and
+the containers' own logs and the probe:
 
     plan           the master has planned the application (its interpreter, imports and spec)
-    container      the container's agent is up (its interpreter and imports) and registered
-    deployed       the container has deployed the operators
+    container      the (last) container's agent is up (its interpreter and imports) and registered
+    deployed       the (last) container has deployed its operators
     first_tuple    the probe processed its first tuple
     first_window   the probe's first window with tuples ended (the issue's "first processed window")
     last_end       the last operator ended (the container logged its shutdown)
@@ -60,8 +62,9 @@ operators:
     class: bench_ops:FirstWindowSink
     properties: {{result: {probe}}}
 streams:
-  lines: {{from: reader.output, to: [probe.input], locality: CONTAINER_LOCAL}}
+  lines: {{from: reader.output, to: [probe.input]{locality}}}
 """
+LOCALITY = {"one": ", locality: CONTAINER_LOCAL", "split": ""}
 
 
 def _log_time(path: str, needle: str, last: bool = False) -> float:
@@ -72,14 +75,15 @@ def _log_time(path: str, needle: str, last: bool = False) -> float:
     return datetime.datetime.strptime(found[-1 if last else 0][:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
 
-def run_once(root: pathlib.Path, lines: int, windows: int) -> dict[str, float]:
+def run_once(root: pathlib.Path, lines: int, windows: int, layout: str = "one") -> dict[str, float]:
     home = tempfile.mkdtemp(prefix="stram-bench-start-")
     try:
         text, probe, spec = (os.path.join(home, name) for name in ("in.txt", "probe.json", "app.yaml"))
         with open(text, "w") as f:
             f.writelines(f"line {i}\n" for i in range(lines))
         with open(spec, "w") as f:
-            f.write(SPEC.format(text=text, probe=probe, per_window=max(1, lines // windows)))
+            f.write(SPEC.format(text=text, probe=probe, per_window=max(1, lines // windows),
+                                locality=LOCALITY[layout]))
         env = dict(os.environ, STRAM_HOME=home, PYTHONPATH=f"{root}{os.pathsep}{ROOT / 'bench'}")
         started = time.time()
         proc = subprocess.run([sys.executable, "-m", "scripts.cli", "launch", spec], cwd=root, env=env,
@@ -88,15 +92,17 @@ def run_once(root: pathlib.Path, lines: int, windows: int) -> dict[str, float]:
         if proc.returncode != 0:
             raise RuntimeError(f"{root}: launch failed:\n{proc.stderr[-2000:]}")
         logs = glob.glob(os.path.join(home, "apps", "*", "logs"))[0]
-        container = os.path.join(logs, "container_000001.log")
+        containers = sorted(glob.glob(os.path.join(logs, "container_*.log")))
+        if len(containers) != (2 if layout == "split" else 1):
+            raise RuntimeError(f"{root}: {len(containers)} containers ran, not as --layout {layout} plans")
         seen = json.load(open(probe))
         if seen["tuples"] != lines:
             raise RuntimeError(f"{root}: the probe saw {seen['tuples']} lines, not {lines}")
         times = {"plan": _log_time(os.path.join(logs, "master.log"), "plan:"),
-                 "container": _log_time(container, " started (pid"),
-                 "deployed": _log_time(container, "deployed "),
+                 "container": max(_log_time(c, " started (pid") for c in containers),
+                 "deployed": max(_log_time(c, "deployed ") for c in containers),
                  "first_tuple": seen["first_tuple"], "first_window": seen["first_window"],
-                 "last_end": _log_time(container, ") shut down at window", last=True),
+                 "last_end": max(_log_time(c, ") shut down at window", last=True) for c in containers),
                  "succeeded": _log_time(os.path.join(logs, "master.log"), "finish: application SUCCEEDED"),
                  "returned": returned}
         times["end_path"] = returned - times["last_end"] + started
@@ -112,6 +118,8 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=10, help="windows the lines are spread over")
     parser.add_argument("--no-compile", action="store_true", help="do not byte-compile the checkouts first")
     parser.add_argument("--compare", default="", help="another stram checkout to run beside this one")
+    parser.add_argument("--layout", choices=sorted(LOCALITY), default="one",
+                        help="one container (default), or reader and probe in two (a buffer-server stream)")
     args = parser.parse_args()
     roots = {"this": ROOT}
     if args.compare:
@@ -123,7 +131,7 @@ def main() -> None:
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in roots}
     for i in range(args.runs):
         for name, root in roots.items():
-            runs[name].append(run_once(root, args.lines, args.windows))
+            runs[name].append(run_once(root, args.lines, args.windows, args.layout))
             print(f"run {i + 1}/{args.runs} {name}: " + " ".join(f"{s}={runs[name][-1][s]:.3f}" for s in STEPS),
                   flush=True)
     medians = {name: {s: statistics.median(r[s] for r in rs) for s in STEPS} for name, rs in runs.items()}
