@@ -35,16 +35,23 @@ class Dispatcher:
     journal:
         Writes what a new master attempt needs (called under the lock, before anything
         the event decided leaves the master).
+    prepare:
+        Given every instruction about to be carried out (outside the lock, before the
+        first of them): work they share that is better done at once (the credential
+        files of the containers they launch). One that fails is logged; the
+        instructions are carried out all the same.
     """
 
     def __init__(self, state: MasterState, lock: threading.RLock,
                  actions: Mapping[type[Instruction], Callable[[Any], None]],
                  journal: Callable[[], None] = lambda: None,
-                 refusing: Callable[[], str] = lambda: "") -> None:
+                 refusing: Callable[[], str] = lambda: "",
+                 prepare: Callable[[list[Instruction]], None] = lambda _: None) -> None:
         self.state = state
         self.lock = lock
         self.actions = dict(actions)
         self.journal = journal
+        self.prepare = prepare
         #: Why events are refused now ("" when they are not): the master's writes wait for space.
         self.refusing = refusing
 
@@ -72,6 +79,7 @@ class Dispatcher:
                 raise MasterPaused(why)
             reply, work = self._handle(event)
             self.journal()
+        self._prepare(work)
         self._carry_out(work)
         return reply
 
@@ -103,6 +111,7 @@ class Dispatcher:
                 results.append(reply)
                 works.append(work)
             self.journal()
+        self._prepare([step for work in works for step in work])
         for work in works:
             self._carry_out(work)
         return results
@@ -124,6 +133,14 @@ class Dispatcher:
                                f"an event has one sender")
         work = [(self._action(ins), ins) for ins in instructions if not isinstance(ins, Reply)]
         return (replies[0] if replies else None), work
+
+    def _prepare(self, work: list[tuple[Callable[[Any], None], Instruction]]) -> None:
+        if len(work) < 2:  # nothing to share
+            return
+        try:
+            self.prepare([ins for _, ins in work])
+        except Exception:  # noqa: BLE001 - the instructions are carried out all the same
+            log.exception("could not prepare %d instructions", len(work))
 
     @staticmethod
     def _carry_out(work: list[tuple[Callable[[Any], None], Instruction]]) -> None:

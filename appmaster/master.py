@@ -24,6 +24,7 @@ from typing import Any
 
 from appmaster import scaling
 from appmaster.addressfiles import AddressFiles
+from appmaster.credentials import CredentialFiles
 from appmaster.dispatcher import Dispatcher
 from appmaster.events import DiskFull, MasterPaused, Resumed
 from appmaster.housekeeping import Purger, pause_gc, switch_interval, tune_gc
@@ -40,7 +41,6 @@ from appmaster.state import (AdoptContainer, AdoptContainers, ContainerExited, C
                              SplitCheckpoints, Start, Tick)
 from container import apppath, fs, space, tls
 from container.logsetup import rate_limit
-from container.secret import container_credential
 
 log = logging.getLogger("appmaster")
 #: Complaints that repeat every second on a full disk: rate-limited.
@@ -92,11 +92,13 @@ class AppMaster(AddressFiles):
         self._pending_exits: list[tuple[str, int | None]] = []
         #: Deletes obsolete checkpoints in a thread of its own (not in the heartbeat's answer).
         self.purger = Purger()
+        #: Each container's credential file, written before its launch (several at once on HDFS).
+        self.credentials = CredentialFiles(app_path, token)
         self.dispatcher = Dispatcher(self.state, self.lock, {
             LaunchContainer: self._launch_container, AdoptContainer: self._adopt_container,
             KillContainer: self._kill_container, DeleteCheckpoints: self._delete_checkpoints,
             SplitCheckpoints: self._split_checkpoints, Finish: self._finish}, journal=self.journal,
-            refusing=self._refusing)
+            refusing=self._refusing, prepare=self.credentials.write_ahead)
         #: The one way into the state (:meth:`Dispatcher.dispatch`).
         self.dispatch = self.dispatcher.dispatch
         #: Heartbeats that arrived together, under one hold of the lock (:meth:`Dispatcher.dispatch_many`).
@@ -199,9 +201,7 @@ class AppMaster(AddressFiles):
             self.write_status(final=False)
 
     def _launch_container(self, ins: LaunchContainer) -> None:
-        # its own credential, never the application's token (container.secret)
-        fs.write_atomic(apppath.credential(self.app_path, ins.container_id),
-                        container_credential(self.token, ins.container_id).encode())
+        self.credentials.write(ins.container_id)  # its own, never the application's token (container.secret)
         env = container_request_env(ins.container_id, self.app_path, self.app_id)
         started = self.launcher.launch(ContainerRequest(ins.container_id, ins.memory_mb, ins.vcores,
                                                         ins.hosts, env))

@@ -229,3 +229,27 @@ def test_a_paused_master_refuses_the_whole_batch_and_handles_none_of_it():
     with pytest.raises(MasterPaused, match="no space left"):
         dispatcher.dispatch_many([Tick(1), Tick(2)])
     assert dispatcher.state.handled == [] and log == []
+
+
+def test_prepare_sees_every_instruction_about_to_be_carried_out_first_and_cannot_stop_them(caplog):
+    """The hook gets a batch's instructions at once, after the journal and before the first action;
+    one that raises is logged and everything is carried out all the same."""
+    dispatcher, log = door({Tick: [LaunchContainer("c1", 1024, 1), LaunchContainer("c2", 1024, 1), Reply("t")],
+                            Note: [KillContainer("c3"), Reply("n")]})
+    dispatcher.prepare = lambda instructions: log.append(("prepare", [type(i).__name__ for i in instructions]))
+    dispatcher.dispatch_many([Tick(1), Note(2, "x", "y")])
+    assert log == [("journal",), ("prepare", ["LaunchContainer", "LaunchContainer", "KillContainer"]),
+                   ("launch", "c1"), ("launch", "c2"), ("kill", "c3")]
+    log.clear()
+    dispatcher.dispatch(Note(3, "x", "y"))  # one instruction: nothing to share
+    assert log == [("journal",), ("kill", "c3")]
+
+    def broken(instructions):  # noqa: ANN001, ANN202
+        raise OSError("the NameNode is away")
+
+    dispatcher.prepare = broken
+    log.clear()
+    with caplog.at_level(logging.ERROR, logger="appmaster"):
+        assert dispatcher.dispatch(Tick(4)) == "t"
+    assert log == [("journal",), ("launch", "c1"), ("launch", "c2")]
+    assert "could not prepare 2 instructions" in caplog.text
