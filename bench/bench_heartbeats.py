@@ -556,7 +556,7 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
     if restart_at:  # the second attempt: from its process's start; what it launched until resumed
         result.update(restart_resume_s=_round(second.get("since_process_start_s")),
                       restart_serving_s=_round(second.get("serving_s")),
-                      restart_restore_s=_round(second.get("restore_seconds")),
+                      restart_restore_s=_round(second.get("restore_seconds"), 4),  # ms on small plans
                       relaunched=second.get("launched"), lost=second.get("lost"),
                       p99_after_restart_ms=round(pick(0.99, after), 2), heartbeats_after_restart=len(after))
     if profile:
