@@ -18,8 +18,6 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
 
-import pyarrow.fs as pafs
-
 from appmaster.instructions import Instruction, LaunchContainer
 from container import apppath, fs
 from container.secret import container_credential
@@ -40,7 +38,8 @@ class CredentialFiles:
         self.token = token
         #: Containers whose file :meth:`write_ahead` wrote and whose launch has not come yet.
         self._ready: set[str] = set()
-        self._remote: bool | None = None  # known at the first write ahead
+        #: Whether the directory is on a remote file system (HDFS), where writes are round trips.
+        self.remote = fs.local_path(app_path) is None
 
     def write(self, container_id: str) -> None:
         """Write ``container_id``'s credential file (just before its launch), unless written ahead.
@@ -61,7 +60,7 @@ class CredentialFiles:
         as it would have without this).
         """
         ids = [ins.container_id for ins in instructions if isinstance(ins, LaunchContainer)]
-        if len(ids) < 2 or not self._is_remote():
+        if len(ids) < 2 or not self.remote:
             return
         with ThreadPoolExecutor(min(WRITERS, len(ids)), thread_name_prefix="credentials") as pool:
             written = list(pool.map(self._try_write, ids))
@@ -74,11 +73,3 @@ class CredentialFiles:
         except Exception as exc:  # noqa: BLE001 - its launch writes it again and reports the failure
             log.warning("could not write the credential of %s ahead of its launch: %s", container_id, exc)
             return False
-
-    def _is_remote(self) -> bool:
-        if self._remote is None:
-            try:
-                self._remote = not isinstance(fs.resolve(self.app_path)[0], pafs.LocalFileSystem)
-            except Exception:  # noqa: BLE001 - not known: one by one, as before
-                return False
-        return self._remote

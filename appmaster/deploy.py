@@ -73,9 +73,7 @@ class DeployMessages:
 
     def asked_interval_millis(self) -> int:
         """The interval one heartbeat's answer asks for: the pacer's, spread (:meth:`HeartbeatPacer.ask_ms`)."""
-        if self.pacer is not None:
-            return self.pacer.ask_ms()
-        return int(self.attr("HEARTBEAT_INTERVAL_MILLIS"))  # type: ignore[attr-defined]
+        return self.pacer.ask_ms() if self.pacer is not None else self.heartbeat_interval_millis()
 
     def init_context(self, container_id: str) -> proto.StreamingContainerContext:
         """A container's init context (a query: changes nothing).

@@ -46,7 +46,7 @@ def _launches(n: int) -> list:
 
 def test_on_a_remote_file_system_the_files_are_written_ahead_in_threads_and_each_once(tmp_path, monkeypatch):
     files = CredentialFiles(f"file://{tmp_path}", TOKEN)
-    files._remote = True  # as HDFS
+    files.remote = True  # as HDFS
     writes = _recorded(monkeypatch)
     launches = _launches(20)
     files.write_ahead([*launches, KillContainer("container_000099")])
@@ -67,7 +67,7 @@ def test_on_a_remote_file_system_the_files_are_written_ahead_in_threads_and_each
 
 def test_a_file_that_could_not_be_written_ahead_is_written_by_its_launch(tmp_path, monkeypatch, caplog):
     files = CredentialFiles(f"file://{tmp_path}", TOKEN)
-    files._remote = True
+    files.remote = True
     real = fs.write_atomic
     refused = apppath.credential(f"file://{tmp_path}", "container_000003")
 
@@ -87,6 +87,7 @@ def test_a_file_that_could_not_be_written_ahead_is_written_by_its_launch(tmp_pat
 
 def test_on_the_local_file_system_each_launch_writes_its_own(tmp_path, monkeypatch):
     files = CredentialFiles(f"file://{tmp_path}", TOKEN)
+    assert not files.remote
     writes = _recorded(monkeypatch)
     launches = _launches(4)
     files.write_ahead(launches)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import sys
 import threading
 import time
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import proto
 from appmaster.master import Dispatcher
-from appmaster.pacing import MIN_SLOW, SLOW_SECONDS, HeartbeatPacer
+from appmaster.pacing import MIN_SLOW, SLOW_SECONDS, SPREAD, HeartbeatPacer
 from appmaster.server import UmbilicalServicer, create_server
 from appmaster.spec import AppSpec
 from appmaster.state import (DeleteCheckpoints, Finish, Heartbeat, InitContextRequest, KillContainer,
@@ -195,9 +196,6 @@ def test_the_server_tells_the_pacer_how_long_each_streamed_heartbeat_took(tmp_pa
 
 
 def test_a_stretched_interval_is_asked_for_spread_over_its_last_fifth_never_below_the_configured_one():
-    import random
-
-    from appmaster.pacing import SPREAD
     clock = Clock()
     draws = random.Random(5)
     pacer = HeartbeatPacer(1000, 6000, clock, draw=draws.random)

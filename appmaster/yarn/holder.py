@@ -20,9 +20,9 @@ import time
 from typing import Any
 
 from appmaster.errors import StramError, UserError
-from container import fs
 from appmaster.yarn.driver import _log_tail, _preflight, connect
 from appmaster.yarn.standing import HOLDER_MODULE, driver_dir, holder_alive, key, record_path, running
+from container import fs
 
 log = logging.getLogger("appmaster.yarn")
 
