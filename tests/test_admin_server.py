@@ -174,6 +174,27 @@ def test_answers_are_encoded_fast_and_the_same_as_the_standard_encoder_would():
     assert big.status_code == 200 and json.loads(big.data) == {"metrics": {"huge": 1 << 70}}
 
 
+
+def test_the_operators_page_encoded_a_chunk_at_a_time_is_the_whole_page(master, monkeypatch):  # noqa: F811
+    """The page is copied, turned into rows and encoded a few operators at a time (heartbeats go on
+    between): together the chunks are the page the state's rows make, one chunk or many, and an
+    operator whose metric orjson refuses is still answered."""
+    from appmaster import reports
+    app = create_app(master, AdminAuth(TOKEN))
+    client = app.test_client()
+    state = master.state
+    some = next(iter(state.plan.operators.values()))
+    state.window_history[some.id].append((7, 1, 2, 1000, 5, {"huge": 1 << 70}))
+    whole = json.loads(client.get("/ws/v2/stram/operators", headers=AUTH).data)
+    assert whole == {"operators": json.loads(json.dumps(state.operator_rows()))}
+    assert len(whole["operators"]) >= 3 and whole["operators"][0]["metrics"] == {"huge": 1 << 70}
+    monkeypatch.setattr(reports, "COPY_CHUNK", 2)
+    chunked = client.get("/ws/v2/stram/operators", headers=AUTH)
+    assert chunked.status_code == 200 and chunked.mimetype == "application/json"
+    assert json.loads(chunked.data) == whole
+    state.plan.operators.clear()
+    assert json.loads(client.get("/ws/v2/stram/operators", headers=AUTH).data) == {"operators": []}
+
 # ---------------------------------------------------------------- HTTPS (issue 14, item 2)
 
 @pytest.fixture
