@@ -71,9 +71,10 @@ class DeployMessages:
             return self.pacer.interval_ms
         return int(self.attr("HEARTBEAT_INTERVAL_MILLIS"))  # type: ignore[attr-defined]
 
-    def asked_interval_millis(self) -> int:
-        """The interval one heartbeat's answer asks for: the pacer's, spread (:meth:`HeartbeatPacer.ask_ms`)."""
-        return self.pacer.ask_ms() if self.pacer is not None else self.heartbeat_interval_millis()
+    def asked_interval_millis(self, container_id: str, now: int) -> int:
+        """The interval the answer to ``container_id``'s heartbeat at ``now`` asks for: the pacer's, in
+        the container's slot (:meth:`HeartbeatPacer.ask_ms`)."""
+        return self.pacer.ask_ms(container_id, now) if self.pacer is not None else self.heartbeat_interval_millis()
 
     def init_context(self, container_id: str) -> proto.StreamingContainerContext:
         """A container's init context (a query: changes nothing).
@@ -88,7 +89,8 @@ class DeployMessages:
             raise UnknownContainer(container_id)
         ctx = proto.StreamingContainerContext(
             container_id=container_id, start_window_millis=self.start_window_millis,
-            heartbeat_interval_millis=self.heartbeat_interval_millis(),
+            # the configured interval, not the paced one: its first heartbeat is answered with its deploy
+            heartbeat_interval_millis=int(self.attr("HEARTBEAT_INTERVAL_MILLIS")),
             streaming_window_size_millis=int(self.attr("STREAMING_WINDOW_SIZE_MILLIS")),
             checkpoint_window_count=int(self.attr("CHECKPOINT_WINDOW_COUNT")),
             deploy_buffer_server=True, app_id=self.app_id, app_name=self.spec.name,

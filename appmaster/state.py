@@ -277,7 +277,8 @@ class MasterState(DeployMessages, Recovery, Diagnose, StateReports, Ending):
         """Process one container heartbeat; the response (a :class:`Reply`) and what it implies."""
         hb, now = ev.heartbeat, ev.now
         self.heartbeats += 1
-        response = proto.ContainerHeartbeatResponse(heartbeat_interval_millis=self.asked_interval_millis())
+        response = proto.ContainerHeartbeatResponse(
+            heartbeat_interval_millis=self.asked_interval_millis(hb.container_id, now))
         container = self.plan.containers.get(hb.container_id)
         # a process that is not the one launched as this container (one an earlier master attempt
         # started but never recorded) must not speak for it: what it omits would leave the plan

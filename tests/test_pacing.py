@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import random
 import sys
 import threading
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import proto
 from appmaster.master import Dispatcher
-from appmaster.pacing import MIN_SLOW, SLOW_SECONDS, SPREAD, HeartbeatPacer
+from appmaster.pacing import MIN_SLOW, SLOW_SECONDS, HeartbeatPacer
 from appmaster.server import UmbilicalServicer, create_server
 from appmaster.spec import AppSpec
 from appmaster.state import (DeleteCheckpoints, Finish, Heartbeat, InitContextRequest, KillContainer,
@@ -128,12 +129,12 @@ T0 = 1_700_000_000_000
 def test_containers_are_asked_for_the_paced_interval_but_one_being_deployed_for_the_configured_one():
     clock = Clock()
     state = MasterState(AppSpec.from_yaml(SPEC), "app", "file:///tmp/paced", "tok", T0, T0)
-    state.pacer = HeartbeatPacer(1000, 10000, clock, draw=lambda: 0.5)
+    state.pacer = HeartbeatPacer(1000, 10000, clock)
     state.handle(Start(T0))
     assert stretch(state.pacer, clock, 3) == 3375
     (cid, *_) = sorted(state.plan.containers)
     (ctx,) = [i.value for i in state.handle(InitContextRequest(cid)) if isinstance(i, Reply)]
-    assert ctx.heartbeat_interval_millis == 3375
+    assert ctx.heartbeat_interval_millis == 1000  # not deployed yet: its first heartbeat deploys it
 
     def beat(now: int, reports=()) -> proto.ContainerHeartbeatResponse:
         hb = proto.ContainerHeartbeat(container_id=cid, buffer_server_host="h", buffer_server_port=1)
@@ -145,7 +146,8 @@ def test_containers_are_asked_for_the_paced_interval_but_one_being_deployed_for_
     first = beat(T0 + 10)
     assert first.deploy_request and first.heartbeat_interval_millis == 1000  # its report ends the deploy
     later = beat(T0 + 1000, [d.id for d in first.deploy_request])
-    assert not later.deploy_request and later.heartbeat_interval_millis == int(3375 * 0.9)  # spread
+    assert not later.deploy_request and later.heartbeat_interval_millis == state.pacer.ask_ms(cid, T0 + 1000)
+    assert 3375 // 2 <= later.heartbeat_interval_millis < 3375 * 3 // 2  # in its slot
     assert state.info(brief=True)["heartbeat_interval_millis"] == 3375
 
 
@@ -160,7 +162,7 @@ class Recording:
     def interval_ms(self) -> int:
         return 1000
 
-    def ask_ms(self) -> int:
+    def ask_ms(self, container_id: str, now_ms: int) -> int:
         return 1000
 
 
@@ -195,18 +197,30 @@ def test_the_server_tells_the_pacer_how_long_each_streamed_heartbeat_took(tmp_pa
         server.stop(None)
 
 
-def test_a_stretched_interval_is_asked_for_spread_over_its_last_fifth_never_below_the_configured_one():
+def test_a_stretched_interval_is_asked_for_in_slots_that_spread_containers_answered_together():
     clock = Clock()
-    draws = random.Random(5)
-    pacer = HeartbeatPacer(1000, 6000, clock, draw=draws.random)
-    assert {pacer.ask_ms() for _ in range(100)} == {1000}  # at the configured interval: as configured
+    pacer = HeartbeatPacer(1000, 8000, clock)
+    ids = [f"container_{i}" for i in range(2000)]
+    assert {pacer.ask_ms(c, T0 + i) for i, c in enumerate(ids)} == {1000}  # not stretched: as configured
     assert stretch(pacer, clock, 4) == 5062
-    asked = [pacer.ask_ms() for _ in range(2000)]
-    assert min(asked) >= int(5062 * (1 - SPREAD)) and max(asked) <= 5062
-    # spread, not bunched: every tenth of the range is asked for
-    low = 5062 * (1 - SPREAD)
-    assert len({int((a - low) / (5062 * SPREAD / 10)) for a in asked}) >= 10
-    assert pacer.interval_ms == 5062  # what get-app-info shows: the interval itself
-    narrow = HeartbeatPacer(1000, 1100, clock, draw=lambda: 0.99)
+    period = 5062
+    # answered together (a deploy, a stall): they come back spread evenly over the next interval
+    asked = [pacer.ask_ms(c, T0) for c in ids]
+    assert min(asked) >= period // 2 and max(asked) < period * 3 // 2
+    tenths = collections.Counter((T0 + a) % period * 10 // period for a in asked)
+    assert len(tenths) == 10 and min(tenths.values()) >= 150 and max(tenths.values()) <= 250
+    # each in its own slot: answered again there, it is asked for one interval
+    for c, a in zip(ids[:50], asked):
+        assert pacer.ask_ms(c, T0 + a) == period
+    # answered at random moments, the same slots
+    draws = random.Random(5)
+    for c, a in zip(ids[:200], asked):
+        now = T0 + draws.randrange(10 * period)
+        again = pacer.ask_ms(c, now)
+        assert period // 2 <= again < period * 3 // 2 and (now + again) % period == (T0 + a) % period
+    assert pacer.interval_ms == period  # what get-app-info shows: the interval itself
+    # never below the configured interval, never above the ceiling
+    narrow = HeartbeatPacer(1000, 1100, clock)
     stretch(narrow, clock, 1)
-    assert narrow.interval_ms == 1100 and narrow.ask_ms() == 1000  # 1100 * 0.8 would be below 1000
+    assert narrow.interval_ms == 1100
+    assert {1000, 1100} <= {narrow.ask_ms(c, T0) for c in ids} <= set(range(1000, 1101))
