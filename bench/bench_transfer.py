@@ -10,12 +10,15 @@ separate-container (buffer server) streams, for 64-byte and 4 KiB strings and
 Arrow batches of 64-byte rows, and prints tuples/s and the containers' peak
 RSS. Rates are measured at the sink, from its first to its last tuple. For 4 KiB
 strings and Arrow rows the rate in MB/s is printed beside plain TCP on
-127.0.0.1 between two Python processes, measured in the same run. No window
-is committed during a run, so a buffer-server publisher keeps everything it
-sent and spills what exceeds ``BUFFER_MEMORY_MB`` (512) to disk on the way.
-For the 4 KiB and Arrow paths (1.2 GB and 0.8 GB) the least it spilled is
-printed beside the rate of plain file writes on the same file system, which
-bounds these paths on a machine whose disk is slower than its loopback.
+127.0.0.1 between two Python processes, measured in the same run. By default
+no window is committed during a run, so a buffer-server publisher keeps
+everything it sent and spills what exceeds ``BUFFER_MEMORY_MB`` (512) to disk
+on the way. For the 4 KiB and Arrow paths (1.2 GB and 0.8 GB) the least it
+spilled is printed beside the rate of plain file writes on the same file
+system, which bounds these paths on a machine whose disk is slower than its
+loopback. ``--checkpoint-windows N`` checkpoints every N windows (of 200 ms)
+instead, so that committed windows are purged during the run, as they are in
+an application that runs for long.
 
 ``--tls`` runs only the buffer-server paths, each with the application's TLS
 off and on in turn (``R`` rounds, interleaved), and prints the median rates
@@ -40,7 +43,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 SPEC = """
 name: bench-{name}
-attributes: {{STREAMING_WINDOW_SIZE_MILLIS: 200, HEARTBEAT_INTERVAL_MILLIS: 500, CHECKPOINT_WINDOW_COUNT: 1000,
+attributes: {{STREAMING_WINDOW_SIZE_MILLIS: 200, HEARTBEAT_INTERVAL_MILLIS: 500, CHECKPOINT_WINDOW_COUNT: {checkpoint},
              BUFFER_MEMORY_MB: {memory_mb}, TLS: {tls}}}
 operators:
   source: {{class: "bench.bench_ops:BlastSource", properties: {{count: {count}, size: {size}, arrow: {arrow}, batch: {batch}, batched: {batched}}}}}
@@ -52,6 +55,8 @@ streams:
 
 #: The spec's BUFFER_MEMORY_MB in bytes: a publisher spills what it keeps beyond it.
 SPILL_ABOVE = 512 << 20
+#: CHECKPOINT_WINDOW_COUNT by default: 200 s of windows, longer than any run (nothing is committed).
+NO_CHECKPOINT = 1000
 
 
 def peak_rss(app_home: str, stop: threading.Event, out: dict) -> None:
@@ -69,12 +74,12 @@ def peak_rss(app_home: str, stop: threading.Event, out: dict) -> None:
 
 
 def run(name: str, count: int, size: int, locality: str | None, arrow: bool = False,
-        batched: bool = False, tls: bool = False) -> dict:
+        batched: bool = False, tls: bool = False, checkpoint: int = NO_CHECKPOINT) -> dict:
     home = tempfile.mkdtemp(prefix="stram-bench-")
     result = os.path.join(home, "result.json")
     spec = os.path.join(home, "spec.yaml")
     with open(spec, "w") as f:
-        f.write(SPEC.format(name=name, memory_mb=SPILL_ABOVE >> 20, count=count, size=size,
+        f.write(SPEC.format(name=name, memory_mb=SPILL_ABOVE >> 20, count=count, size=size, checkpoint=checkpoint,
                             arrow=str(arrow).lower(),
                             batch=1000 if arrow else 4096, result=result, batched=str(batched).lower(),
                             sink="RowCountSink" if arrow else "BatchCountSink" if batched else "CountSink",
@@ -148,6 +153,9 @@ def main() -> None:
     parser.add_argument("--tls", action="store_true", help="buffer-server paths only, TLS off and on side by side")
     parser.add_argument("--repeat", type=int, default=3, help="rounds of --tls (default 3)")
     parser.add_argument("--only", default="", help="run only the paths whose names contain this text")
+    parser.add_argument("--checkpoint-windows", type=int, default=NO_CHECKPOINT, metavar="N",
+                        help="checkpoint every N windows of 200 ms, committing windows during the run "
+                             f"(default {NO_CHECKPOINT}: none committed)")
     args = parser.parse_args()
     n = args.tuples
     if args.tls:
@@ -173,7 +181,7 @@ def main() -> None:
     for case in cases:
         if args.only not in case[0]:
             continue
-        r = run(*case)
+        r = run(*case, checkpoint=args.checkpoint_windows)
         ref = apex.get(r["name"])
         ratio = f"{r['rate'] / ref:8.2f}x" if ref else ""
         print(f"{r['name']:<30} {r['tuples']:>11,} {r['rate']:>13,.0f} {ratio:>9}  {r['peak_rss_mb']}", flush=True)
@@ -184,7 +192,7 @@ def main() -> None:
             print(f"{'':<30} {moved / 1e6:>11,.0f} MB/s = {moved / loopback:.0%} of loopback TCP "
                   f"({loopback / 1e6:,.0f} MB/s)", flush=True)
             retained = r["tuples"] * per_tuple
-            if case[3] is None and retained > SPILL_ABOVE:
+            if case[3] is None and retained > SPILL_ABOVE and args.checkpoint_windows == NO_CHECKPOINT:
                 # no window is committed during a run: the publisher keeps every byte, and what does
                 # not fit BUFFER_MEMORY_MB is written to its spill files on the way
                 disk = disk or disk_write_rate()
