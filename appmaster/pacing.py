@@ -106,7 +106,7 @@ class HeartbeatPacer:
     def ask_ms(self, container_id: str, now_ms: int) -> int:
         """The interval an answer to ``container_id`` at ``now_ms`` (wall-clock milliseconds) asks
         for: the configured one, or once stretched, the time to the container's next slot in the
-        interval (:data:`interval_ms` times a hash of its id, past whole intervals since the epoch),
+        interval (:attr:`interval_ms` times a hash of its id, past whole intervals since the epoch),
         from half to one and a half intervals away; never below the configured interval nor above
         the ceiling."""
         period = int(self._interval)

@@ -174,7 +174,6 @@ def test_answers_are_encoded_fast_and_the_same_as_the_standard_encoder_would():
     assert big.status_code == 200 and json.loads(big.data) == {"metrics": {"huge": 1 << 70}}
 
 
-
 def test_the_operators_page_encoded_a_chunk_at_a_time_is_the_whole_page(master, monkeypatch):  # noqa: F811
     """The page is copied, turned into rows and encoded a few operators at a time (heartbeats go on
     between): together the chunks are the page the state's rows make, one chunk or many, and an
@@ -192,8 +191,13 @@ def test_the_operators_page_encoded_a_chunk_at_a_time_is_the_whole_page(master, 
     chunked = client.get("/ws/v2/stram/operators", headers=AUTH)
     assert chunked.status_code == 200 and chunked.mimetype == "application/json"
     assert json.loads(chunked.data) == whole
+    app.debug = True  # indented, in one piece, as every page is then
+    indented = client.get("/ws/v2/stram/operators", headers=AUTH)
+    assert json.loads(indented.data) == whole and b'\n  "operators"' in indented.data
+    app.debug = False
     state.plan.operators.clear()
     assert json.loads(client.get("/ws/v2/stram/operators", headers=AUTH).data) == {"operators": []}
+
 
 # ---------------------------------------------------------------- HTTPS (issue 14, item 2)
 
