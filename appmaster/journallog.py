@@ -254,14 +254,13 @@ class JournalWriter:
         HDFS appends only to a file that exists, and an append per heartbeat would open a lease and
         a write pipeline each time."""
         if self._is_local is None:
-            filesystem, _path = fs.resolve(journal.journal_uri(self.app_path))
-            self._is_local = type(filesystem).__name__ == "LocalFileSystem"
+            self._is_local = fs.local_path(journal.journal_uri(self.app_path)) is not None
         return self._is_local
 
     def _append(self, line: bytes) -> None:
         uri = log_uri(self.app_path, self.generation)
-        filesystem, path = fs.resolve(uri)
-        if type(filesystem).__name__ == "LocalFileSystem":
+        path = fs.local_path(uri)
+        if path is not None:
             if self._fd is None:
                 self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
                 self._fd_size = os.fstat(self._fd).st_size

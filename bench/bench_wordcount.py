@@ -8,9 +8,9 @@ with no cap on lines per window, checks the output exact against a direct
 count (``[a-z0-9]+`` in the lower-cased text), and prints the median wall
 time of the whole ``stram launch`` (start-up included) and the peaks of the RSS
 and of the PSS summed over the application's processes, beside a plain Python
-loop (the floor). Summed RSS counts a shared library once per process (pyarrow
-in the master, the container and ``stram``); PSS shares each shared page out
-among the processes that map it, so its sum is the memory the run took.
+loop (the floor). Summed RSS counts a shared library once per process (grpc's
+in the master and the container); PSS shares each shared page out among the
+processes that map it, so its sum is the memory the run took.
 
 Layouts: ``one`` (every stream CONTAINER_LOCAL: one container), ``split``
 (split and count in separate containers, count ×2, EXACTLY_ONCE).
@@ -65,7 +65,7 @@ def read_sums(out: str) -> Counter:
 
 def memory(procs: list) -> tuple[int, int]:
     """(summed RSS, summed PSS) of ``procs``: RSS counts a shared library once per process that
-    maps it (pyarrow's 27 MB in the master, the container and the CLI), PSS shares it out."""
+    maps it (grpc's in the master and the container), PSS shares it out."""
     rss = pss = 0
     for proc in procs:
         try:

@@ -15,7 +15,8 @@ def _wait_to_go() -> bool:
     """A process started ahead of the plan (``STRAM_HOLD``): finish the imports, then wait
     for the master's word on stdin. True: go on as the container; False: not needed, exit."""
     from container import fs
-    fs.pafs.FileType  # noqa: B018 - pyarrow.fs, imported now rather than after the go
+    if fs.local_path(os.environ.get("STRAM_APP_PATH", "")) is None:
+        fs.pafs.FileType  # noqa: B018 - pyarrow.fs for HDFS, imported now rather than after the go
     go = sys.stdin.buffer.readline().strip() == b"go"
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)  # as a container launched at once has it

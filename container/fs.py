@@ -1,8 +1,12 @@
-"""File access for master and agents through ``pyarrow.fs`` (local disk or HDFS).
+"""File access for master and agents: HDFS through ``pyarrow.fs``, local disk through ``os``.
 
 Every file stram touches under ``APP_PATH`` (heartbeatUri, checkpoints, the
 journal, WAL segments) goes through these helpers, so the same code runs on
-the local file system and on HDFS.
+the local file system and on HDFS. A local path is served by
+:class:`container.localfs.LocalFileSystem` (the same calls, through ``os``), so
+that a local application's processes need not load pyarrow (about 32 MB each);
+:func:`resolve` still gives a ``pyarrow.fs`` file system for every URI, for code
+that hands one to pyarrow (Parquet).
 
 HDFS calls ride out a NameNode that is briefly away (restarted, failing over,
 in safe mode after a restart): :func:`hdfs_retry` (applied to every helper
@@ -24,6 +28,7 @@ import uuid
 from functools import lru_cache
 from typing import Any, Callable, TypeVar
 
+from container.localfs import FileInfo, FileType, LocalFileSystem
 
 
 class _LazyPyarrowFs:
@@ -46,9 +51,10 @@ pafs: Any = _LazyPyarrowFs()
 log = logging.getLogger("container.fs")
 T = TypeVar("T")
 
-__all__ = ["HdfsUnavailable", "hdfs_retry", "keep_private", "check_private", "resolve", "join",
+__all__ = ["HdfsUnavailable", "hdfs_retry", "keep_private", "check_private", "resolve", "filesystem", "join",
            "write_atomic", "write_local_atomic", "write_status_file", "read_bytes", "local_path",
-           "exists", "delete", "list_dir", "makedirs", "move", "open_output", "open_input"]
+           "exists", "delete", "list_dir", "makedirs", "move", "open_output", "open_input", "FileType",
+           "FileInfo", "LocalFileSystem"]
 
 
 def _split(uri: str) -> tuple[str, str]:
@@ -116,8 +122,21 @@ def local_path(uri: str) -> str | None:
 
 
 def resolve(uri: str) -> tuple[pafs.FileSystem, str]:
-    """The ``pyarrow.fs`` file system and path for a URI or a local path."""
+    """The ``pyarrow.fs`` file system and path for a URI or a local path (for pyarrow's own readers)."""
     key, path = _split(uri)
+    return _filesystem(key), path
+
+
+#: The file system every helper here uses for a local path.
+LOCAL = LocalFileSystem()
+
+
+def filesystem(uri: str) -> tuple[Any, str]:
+    """The file system the helpers use for ``uri`` and its path: :data:`LOCAL` for a local path
+    or ``file://`` URI (no pyarrow loaded), the ``pyarrow.fs`` one (:func:`resolve`) otherwise."""
+    key, path = _split(uri)
+    if key == "file://":
+        return LOCAL, path
     return _filesystem(key), path
 
 
@@ -146,9 +165,9 @@ def _private_root(path: str) -> str | None:
     return None
 
 
-def _restrict(fs: pafs.FileSystem, path: str, directory: bool = False) -> None:
+def _restrict(fs: Any, path: str, directory: bool = False) -> None:
     """``path`` owner-only if it lies under a private root (and its directories up to the root)."""
-    if isinstance(fs, pafs.LocalFileSystem):
+    if isinstance(fs, LocalFileSystem):
         _restrict_local(path, directory)
 
 
@@ -225,12 +244,12 @@ def _uri_of(args: tuple[Any, ...]) -> str | None:
 def _answers(key: str) -> bool:
     """True when the NameNode behind ``key`` answers (a look at ``/``, which always exists)."""
     try:
-        return _filesystem(key).get_file_info("/").type != pafs.FileType.NotFound
+        return _filesystem(key).get_file_info("/").type != FileType.NotFound
     except OSError:
         return False
 
 
-def _info(fs: pafs.FileSystem, path: str) -> pafs.FileInfo:
+def _info(fs: Any, path: str) -> FileInfo:
     """``fs.get_file_info(path)`` that tells a missing file from a NameNode that did not answer.
 
     pyarrow's HadoopFileSystem reports *any* failure to look a path up as
@@ -240,14 +259,14 @@ def _info(fs: pafs.FileSystem, path: str) -> pafs.FileInfo:
     A path is missing only when the root was found before and after it.
     """
     info = fs.get_file_info(path)
-    if info.type != pafs.FileType.NotFound or not isinstance(fs, pafs.HadoopFileSystem):
+    if info.type != FileType.NotFound or isinstance(fs, LocalFileSystem) or not isinstance(fs, pafs.HadoopFileSystem):
         return info
     for again in (True, False):
-        if fs.get_file_info("/").type == pafs.FileType.NotFound:
+        if fs.get_file_info("/").type == FileType.NotFound:
             raise OSError(_EINTERNAL, f"HDFS NameNode did not answer a look at {path} (nor at /)")
         if again:  # it answers now: ask again, it may have come back just after the first look
             info = fs.get_file_info(path)
-            if info.type != pafs.FileType.NotFound:
+            if info.type != FileType.NotFound:
                 return info
     return info
 
@@ -319,7 +338,7 @@ def join(uri: str, *parts: str) -> str:
 
 @hdfs_retry
 def makedirs(uri: str) -> None:
-    fs, path = resolve(uri)
+    fs, path = filesystem(uri)
     fs.create_dir(path, recursive=True)
     _restrict(fs, path, directory=True)
 
@@ -329,11 +348,11 @@ def write_atomic(uri: str, data: bytes) -> None:
     """Write ``data`` to ``uri`` so readers never see a part of it: the old file or the new one,
     or on HDFS, for a moment, none (its move onto a file deletes it first; where a missing file
     would be taken for "none yet", use :func:`replace_file`)."""
-    fs, path = resolve(uri)
+    fs, path = filesystem(uri)
     _write_via_tmp(fs, path, path, data)
 
 
-def _write_via_tmp(fs: pafs.FileSystem, path: str, target: str, data: bytes) -> None:
+def _write_via_tmp(fs: Any, path: str, target: str, data: bytes) -> None:
     """Write ``data`` to a temporary file beside ``path``, then move it to ``target``."""
     parent = path.rsplit("/", 1)[0] or "/"
     fs.create_dir(parent, recursive=True)
@@ -362,34 +381,34 @@ def replace_file(uri: str, data: bytes) -> None:
     the old one's place, which :func:`read_replaced` falls back on; a replacement cut short earlier
     is finished first. So one complete version or the other is always there.
     """
-    filesystem, path = resolve(uri)
-    if isinstance(filesystem, pafs.LocalFileSystem):
+    fs, path = filesystem(uri)
+    if isinstance(fs, LocalFileSystem):
         write_atomic(uri, data)
         return
     nxt = path + NEXT_SUFFIX
-    if _info(filesystem, path).type == pafs.FileType.NotFound:
-        if _info(filesystem, nxt).type == pafs.FileType.File:
-            filesystem.move(nxt, path)  # the replacement a killed writer left half done
-    elif _info(filesystem, nxt).type != pafs.FileType.NotFound:
-        filesystem.delete_file(nxt)  # a new version never put in place: the old one stands
-    _write_via_tmp(filesystem, path, nxt, data)
-    filesystem.move(nxt, path)
+    if _info(fs, path).type == FileType.NotFound:
+        if _info(fs, nxt).type == FileType.File:
+            fs.move(nxt, path)  # the replacement a killed writer left half done
+    elif _info(fs, nxt).type != FileType.NotFound:
+        fs.delete_file(nxt)  # a new version never put in place: the old one stands
+    _write_via_tmp(fs, path, nxt, data)
+    fs.move(nxt, path)
 
 
 @hdfs_retry
 def read_replaced(uri: str) -> bytes | None:
     """The file :func:`replace_file` wrote (its new version while it was being put in place), or
     None when there is none."""
-    filesystem, path = resolve(uri)
+    fs, path = filesystem(uri)
     for _ in range(3):  # a live writer may move the file between a look and the read
         for candidate in (path, path + NEXT_SUFFIX):
-            if _info(filesystem, candidate).type != pafs.FileType.File:
+            if _info(fs, candidate).type != FileType.File:
                 continue
             try:
-                with filesystem.open_input_stream(candidate) as f:
+                with fs.open_input_stream(candidate) as f:
                     return f.read()
             except OSError:
-                if _info(filesystem, candidate).type == pafs.FileType.File:
+                if _info(fs, candidate).type == FileType.File:
                     raise
     return None
 
@@ -466,32 +485,32 @@ def write_status_file(uri: str, data: bytes, local: bool = False) -> None:
 
 @hdfs_retry
 def read_bytes(uri: str) -> bytes:
-    fs, path = resolve(uri)
+    fs, path = filesystem(uri)
     with fs.open_input_stream(path) as f:
         return f.read()
 
 
 @hdfs_retry
 def exists(uri: str) -> bool:
-    fs, path = resolve(uri)
-    return _info(fs, path).type != pafs.FileType.NotFound
+    fs, path = filesystem(uri)
+    return _info(fs, path).type != FileType.NotFound
 
 
 @hdfs_retry
 def file_type(uri: str) -> str:
     """``"file"``, ``"directory"`` or ``"missing"``: what ``uri`` names."""
-    fs, path = resolve(uri)
+    fs, path = filesystem(uri)
     kind = _info(fs, path).type
-    if kind == pafs.FileType.NotFound:
+    if kind == FileType.NotFound:
         return "missing"
-    return "directory" if kind == pafs.FileType.Directory else "file"
+    return "directory" if kind == FileType.Directory else "file"
 
 
 @hdfs_retry
 def delete(uri: str, missing_ok: bool = True) -> None:
     """Delete a file or a directory tree."""
-    fs, path = resolve(uri)
-    if isinstance(fs, pafs.LocalFileSystem):
+    fs, path = filesystem(uri)
+    if isinstance(fs, LocalFileSystem):
         # one system call for a file: the master deletes thousands of obsolete checkpoints a
         # second at scale, and pyarrow's look-up plus its error for a missing file cost 60-90 us
         try:
@@ -503,19 +522,24 @@ def delete(uri: str, missing_ok: bool = True) -> None:
         except IsADirectoryError:
             return fs.delete_dir(path)
     info = _info(fs, path)
-    if info.type == pafs.FileType.NotFound:
+    if info.type == FileType.NotFound:
         if not missing_ok:
             raise FileNotFoundError(uri)
-    elif info.type == pafs.FileType.Directory:
+    elif info.type == FileType.Directory:
         fs.delete_dir(path)
     else:
         fs.delete_file(path)
 
 
 @hdfs_retry
-def list_dir(uri: str, recursive: bool = False) -> list[pafs.FileInfo]:
-    """Entries under a directory (empty when it does not exist)."""
-    fs, path = resolve(uri)
+def list_dir(uri: str, recursive: bool = False) -> list[FileInfo]:
+    """Entries under a directory (empty when it does not exist): ``base_name``, ``type``, ``size``."""
+    fs, path = filesystem(uri)
+    if isinstance(fs, LocalFileSystem):
+        try:
+            return fs.list(path, recursive=recursive)
+        except FileNotFoundError:
+            return []
     # not allow_not_found: pyarrow's HDFS client would then also list nothing when the NameNode
     # does not answer; a listing that fails says which it is
     try:
@@ -526,14 +550,14 @@ def list_dir(uri: str, recursive: bool = False) -> list[pafs.FileInfo]:
 
 @hdfs_retry
 def move(src: str, dst: str) -> None:
-    fs, src_path = resolve(src)
-    _, dst_path = resolve(dst)
+    fs, src_path = filesystem(src)
+    _, dst_path = filesystem(dst)
     fs.move(src_path, dst_path)
 
 
 @hdfs_retry
 def open_output(uri: str):
-    fs, path = resolve(uri)
+    fs, path = filesystem(uri)
     parent = path.rsplit("/", 1)[0] or "/"
     fs.create_dir(parent, recursive=True)
     stream = fs.open_output_stream(path)
@@ -543,5 +567,5 @@ def open_output(uri: str):
 
 @hdfs_retry
 def open_input(uri: str):
-    fs, path = resolve(uri)
+    fs, path = filesystem(uri)
     return fs.open_input_file(path)

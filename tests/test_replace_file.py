@@ -99,9 +99,9 @@ class HdfsLikeHandler(pafs.FileSystemHandler):
 def hdfs_like(monkeypatch, tmp_path):
     handler = HdfsLikeHandler()
     filesystem = pafs.PyFileSystem(handler)
-    real = fs.resolve
+    real = fs.filesystem
     scheme = "hdfs-like:"
-    monkeypatch.setattr(fs, "resolve", lambda uri: (filesystem, uri[len(scheme):]) if uri.startswith(scheme)
+    monkeypatch.setattr(fs, "filesystem", lambda uri: (filesystem, uri[len(scheme):]) if uri.startswith(scheme)
                         else real(uri))
     return handler, f"{scheme}{tmp_path}/app"
 
@@ -140,7 +140,7 @@ def test_a_replacement_killed_at_any_step_leaves_the_old_or_the_new_version(hdfs
         # the next master's first write finishes or discards what the killed one left
         fs.replace_file(uri, b"after")
         assert fs.read_replaced(uri) == b"after"
-        leftovers = {i.base_name for i in handler.local.get_file_info(pafs.FileSelector(fs.resolve(uri)[1].rsplit("/", 1)[0]))}
+        leftovers = {i.base_name for i in handler.local.get_file_info(pafs.FileSelector(fs.filesystem(uri)[1].rsplit("/", 1)[0]))}
         assert leftovers - {"snapshot"} <= {n for n in leftovers if n.startswith("._tmp-")}, leftovers
     assert outcomes == {b"old", b"new"}  # the kills fell both before and after the new version was in place
 

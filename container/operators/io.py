@@ -68,7 +68,7 @@ class LineReader(InputOperator):
 
 
 class _LineFile:
-    """Lines of a ``pyarrow.fs`` file read in large chunks, with exact byte offsets.
+    """Lines of a file (local, or HDFS through ``pyarrow.fs``) read in large chunks, with exact byte offsets.
 
     The buffer holds the bytes from the file offset of the next unread line on;
     reading keeps a position in it instead of slicing the rest off after every
@@ -165,9 +165,9 @@ def drop_torn_line(uri: str) -> int:
     line onto it. The window that line belonged to never ended, so it is
     written again by the replay (AT_LEAST_ONCE) or, at most once, not at all.
     """
-    filesystem, path = fs.resolve(uri)
+    filesystem, path = fs.filesystem(uri)
     info = filesystem.get_file_info(path)
-    if info.type != fs.pafs.FileType.File or not info.size:
+    if info.type != fs.FileType.File or not info.size:
         return 0
     with filesystem.open_input_file(path) as f:
         f.seek(info.size - 1)
@@ -175,7 +175,7 @@ def drop_torn_line(uri: str) -> int:
             return 0
     data = fs.read_bytes(uri)
     keep = data[:data.rfind(b"\n") + 1]
-    if isinstance(filesystem, fs.pafs.LocalFileSystem):
+    if isinstance(filesystem, fs.LocalFileSystem):
         os.truncate(path, len(keep))
     else:  # HDFS and others: pyarrow has no truncate; replace the file (rare: only after a torn append)
         fs.write_atomic(uri, keep)
@@ -220,8 +220,8 @@ class JsonLinesOutput(Operator):
             # across restarts (a replay may repeat lines in AT_LEAST_ONCE).
             uri = fs.join(self.path, f"part-{self._name}.jsonl")
             drop_torn_line(uri)
-            filesystem, path = fs.resolve(uri)
-            if isinstance(filesystem, fs.pafs.LocalFileSystem):
+            filesystem, path = fs.filesystem(uri)
+            if isinstance(filesystem, fs.LocalFileSystem):
                 self._local = path  # each window appended whole or not at all (see end_window)
             else:
                 self._out = filesystem.open_append_stream(path)

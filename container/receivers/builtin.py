@@ -12,7 +12,6 @@ import socket
 import threading
 import time
 
-import pyarrow.fs as pafs
 
 from container import fs
 from container.operator import OperatorContext
@@ -195,7 +194,7 @@ class DirectoryReceiver(Receiver):
 
     def _new_files(self) -> list[str]:
         names = sorted(info.base_name for info in fs.list_dir(self.path)
-                       if info.type == pafs.FileType.File)
+                       if info.type == fs.FileType.File)
         return [n for n in names if not n.startswith((".", "_"))
                 and n not in self._claimed and n not in self.finished]
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pickle
 
-import pyarrow.fs as pafs
 
 from container import fs
 from container.receivers.blocks import Block
@@ -64,7 +63,7 @@ class WriteAheadLog:
     def block_seqs(self) -> list[int]:
         """Sequence numbers of the blocks in the log, ascending."""
         return sorted(int(info.base_name) for info in fs.list_dir(self.root)
-                      if info.type == pafs.FileType.File and info.base_name.isdigit())
+                      if info.type == fs.FileType.File and info.base_name.isdigit())
 
     def record_window(self, window_id: int, last_seq: int) -> None:
         """Window ``window_id`` emits blocks up to ``last_seq`` (written before they are emitted)."""
@@ -92,7 +91,7 @@ class WriteAheadLog:
         index: dict[int, int] = {}
         for info in fs.list_dir(self._windows):
             window, dot, seq = info.base_name.partition(".")
-            if info.type != pafs.FileType.File or not dot or not window.isdigit() or not seq.isdigit():
+            if info.type != fs.FileType.File or not dot or not window.isdigit() or not seq.isdigit():
                 continue
             w, s = int(window), int(seq)
             index[w] = max(index.get(w, -1), s)
