@@ -15,12 +15,12 @@ the master, whatever host name it answers on.
 from __future__ import annotations
 
 import json
-import ssl
-import urllib.error
-import urllib.request
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appmaster.errors import AdminRequestError, ClusterUnreachable
+
+if TYPE_CHECKING:
+    import ssl
 
 __all__ = ["ADMIN_PREFIX", "ADMIN_KEY", "request_json", "pinned_context"]
 
@@ -36,6 +36,7 @@ def pinned_context(cert_pem: bytes | str) -> ssl.SSLContext:
 
     The certificate is its own root and names the application (not a host), so
     the host name is not checked; the chain is."""
+    import ssl
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.check_hostname = False
@@ -73,6 +74,11 @@ def request_json(base: str, path: str, method: str = "GET", body: dict | None = 
     ClusterUnreachable
         Nothing answered at ``base``.
     """
+    # urllib.request and ssl (7 MB, 20 ms) load at the first call: ``stram launch`` follows its
+    # application through its processes and status.json and never calls the admin API
+    import urllib.error
+    import urllib.request
+
     url = base.rstrip("/") + ADMIN_PREFIX + path
     data = json.dumps(body if body is not None else {}).encode() if method != "GET" else None
     headers = {"Content-Type": "application/json"}

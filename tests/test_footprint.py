@@ -1,9 +1,11 @@
 """What the processes that do not need them leave unimported (memory and start-up time).
 
-pyarrow (with numpy) is about 30 MB of resident memory and half a second of
-start-up in every process that imports it. The master and the containers reach
-``APP_PATH`` through ``pyarrow.fs``; ``stram`` itself validates a spec, which
-imports the spec's operator classes, and must not pay for pyarrow on the way.
+pyarrow (with numpy) is about 30 MB of resident memory and a tenth of a second of
+start-up in every process that imports it. The master and the containers reach a
+local ``APP_PATH`` through ``os`` (:mod:`container.localfs`) and HDFS through
+``pyarrow.fs``; ``stram`` itself validates a spec, which imports the spec's
+operator classes, and must not pay for pyarrow on the way, nor for ``ssl`` and
+``urllib.request`` (7 MB), which only its admin API calls need.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import json, sys
 import scripts.cli
 from appmaster.spec import AppSpec
 spec = AppSpec.from_yaml(open({spec!r}).read())
-print(json.dumps(sorted(m for m in ("pyarrow", "numpy", "pyspark", "flask", "grpc") if m in sys.modules)))
+print(json.dumps(sorted(m for m in ("pyarrow", "numpy", "pyspark", "flask", "grpc", "ssl", "urllib.request")
+                        if m in sys.modules)))
 """
 
 
@@ -54,9 +57,10 @@ def test_the_probe_sees_an_eager_import(tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_a_local_launch_leaves_pyarrow_to_the_master_and_containers(tmp_path) -> None:
+def test_a_local_launch_imports_pyarrow_nowhere(tmp_path) -> None:
     """``stram launch`` in the foreground, to the end: the ``stram`` process never imports pyarrow
-    (its supervisor file and the spec are local files, written through ``os``)."""
+    (its supervisor file and the spec are local files, written through ``os``), nor do the master
+    and the container, which read and write the local APP_PATH through ``os`` too."""
     text = tmp_path / "in.txt"
     text.write_text("a b\nb c\n" * 50)
     out = tmp_path / "out"
@@ -68,7 +72,8 @@ def test_a_local_launch_leaves_pyarrow_to_the_master_and_containers(tmp_path) ->
     proc = subprocess.run([sys.executable, "-c", code, "launch", "specs/wordcount.yaml",
                            "-D", f"operators.reader.path={text}", "-D", f"operators.out.path={out}"],
                           cwd=ROOT, capture_output=True, text=True, timeout=240,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT), STRAM_HOME=str(tmp_path / "home")))
+                          env=dict(os.environ, PYTHONPATH=str(ROOT), STRAM_HOME=str(tmp_path / "home"),
+                                   PYTHONPROFILEIMPORTTIME="1"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "SUCCEEDED" in proc.stderr
     counts: dict[str, int] = {}
@@ -78,3 +83,12 @@ def test_a_local_launch_leaves_pyarrow_to_the_master_and_containers(tmp_path) ->
             counts[row["key"]] = counts.get(row["key"], 0) + row["count"]
     assert counts == {"a": 50, "b": 100, "c": 50}  # the application ran, and ran right
     assert "HEAVY []" in proc.stderr, proc.stderr[-2000:]
+    # every other process of the application printed its imports to its .out file
+    imported: dict[str, set[str]] = {}
+    for f in (tmp_path / "home").rglob("logs/*.out"):
+        imported[f.name] = {line.rsplit("|", 1)[1].strip() for line in f.read_text().splitlines()
+                            if line.startswith("import time:") and "|" in line}
+    assert {"master.out", "container_000001.out"} <= set(imported), sorted(imported)
+    assert all("grpc" in names for names in imported.values())  # the listing is whole
+    assert {name: sorted(m for m in names if m.split(".")[0] in ("pyarrow", "numpy"))
+            for name, names in imported.items()} == {name: [] for name in imported}
