@@ -253,7 +253,7 @@ ATTRIBUTES: dict[str, Attribute] = _table(
               "error (false: the application fails, naming it).", _DAG_OP),
     _int("BUFFER_MEMORY_MB", 64,
          "Buffer-server memory per publisher before windows spill to disk.", _DAG),
-    _int("QUEUE_CAPACITY", 262144,
+    _int("QUEUE_CAPACITY", 32768,
          "Tuples an operator's input queue holds (CONTAINER_LOCAL streams and tuples from the buffer "
          "server; a control tuple counts one, an Arrow record batch its rows) before its upstream "
          "waits, until the queue is half drained. Smaller: less memory, but a throttled input "

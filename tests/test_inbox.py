@@ -98,7 +98,7 @@ def test_a_capacity_below_two_is_refused():
         Inbox(1)
 
 
-@pytest.mark.parametrize("attributes, want", [({}, 262144), ({"QUEUE_CAPACITY": "4096"}, 4096)],
+@pytest.mark.parametrize("attributes, want", [({}, 32768), ({"QUEUE_CAPACITY": "4096"}, 4096)],
                          ids=["default", "set"])
 def test_the_queue_capacity_attribute_bounds_a_deployed_operators_queue(tmp_path, attributes, want):
     import proto

@@ -643,7 +643,7 @@ def test_empty_spec_attributes_are_defaults() -> None:
         "CONTAINER_MEMORY_MB": 1024, "VCORES": 1, "LOCALITY_HOST": None, "QUEUE": "default",
         "APPLICATION_TAGS": [], "BLOCK_INTERVAL_MILLIS": 200, "RECEIVER_WAL": False,
         "RECEIVER_MAX_RESTARTS": 10, "STATS_LISTENER": None, "DEBUG": False,
-        "PARTITION_PARALLEL": False, "QUEUE_CAPACITY": 262144,
+        "PARTITION_PARALLEL": False, "QUEUE_CAPACITY": 32768,
     }
     assert {name: spec.attribute(name) for name in expected} == expected
     assert {name: attributes.default(name) for name in expected} == expected
