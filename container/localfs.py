@@ -48,10 +48,6 @@ class FileInfo:
     def base_name(self) -> str:
         return self.path.rstrip("/").rsplit("/", 1)[-1]
 
-    @property
-    def is_file(self) -> bool:
-        return self.type == FileType.File
-
     def __repr__(self) -> str:
         return f"<FileInfo for {self.path!r}: type={self.type.name}, size={self.size}>"
 
@@ -64,8 +60,6 @@ def _info(path: str, st: os.stat_result) -> FileInfo:
 
 class LocalFileSystem:
     """``pyarrow.fs.LocalFileSystem``'s calls that stram makes, through ``os``."""
-
-    type_name = "local"
 
     def get_file_info(self, path: str) -> FileInfo:
         try:

@@ -140,7 +140,8 @@ def test_a_replacement_killed_at_any_step_leaves_the_old_or_the_new_version(hdfs
         # the next master's first write finishes or discards what the killed one left
         fs.replace_file(uri, b"after")
         assert fs.read_replaced(uri) == b"after"
-        leftovers = {i.base_name for i in handler.local.get_file_info(pafs.FileSelector(fs.filesystem(uri)[1].rsplit("/", 1)[0]))}
+        directory = fs.filesystem(uri)[1].rsplit("/", 1)[0]
+        leftovers = {i.base_name for i in handler.local.get_file_info(pafs.FileSelector(directory))}
         assert leftovers - {"snapshot"} <= {n for n in leftovers if n.startswith("._tmp-")}, leftovers
     assert outcomes == {b"old", b"new"}  # the kills fell both before and after the new version was in place
 

@@ -12,7 +12,6 @@ import socket
 import threading
 import time
 
-
 from container import fs
 from container.operator import OperatorContext
 from container.receivers.blocks import Block, GeneratorStopped

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pickle
 
-
 from container import fs
 from container.receivers.blocks import Block
 
