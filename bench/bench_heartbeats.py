@@ -33,6 +33,13 @@ master asked for at the end (:mod:`appmaster.pacing` stretches it while its
 answers queue, up to ``--max-interval-ms``; ``--max-interval-ms 1000`` keeps
 it at the configured 1 s).
 
+``gc_*`` figures are the master's cyclic garbage collections while it ran
+(each one pauses every thread of the master): how many of each generation
+(``gc_young``: generation 0; ``gc_gen1``; ``gc_full``: generation 2, the
+full collection of ``tune_gc`` at start included) and the longest pause of
+each kind; ``gc_steady_*`` only those once every operator was ACTIVE. The
+collection of the interpreter's exit is not counted.
+
 Plan size (issue 16, item 3): ``deploy_s`` is measured in the master's process
 (:func:`bench.heartbeat_master.watch`): seconds from when planning begins (the
 AppMaster's construction, after the interpreter started and imported stram;
@@ -65,6 +72,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import math
 import os
@@ -218,6 +226,16 @@ def run_master(app_dir: str, profile: bool, adopt: bool) -> int:
         return dispatch_many(events)
 
     master.dispatch_many = counted_many
+    pauses: list[tuple[float, int, float]] = []  # each cyclic collection: its end, generation, seconds
+    gc_began = [0.0]
+
+    def gc_timed(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            gc_began[0] = time.perf_counter()
+        else:
+            pauses.append((time.time(), info["generation"], time.perf_counter() - gc_began[0]))
+
+    gc.callbacks.append(gc_timed)
     answers: list[float] = []  # in the master: each heartbeat's arrival to its answer (what its pacer sees)
     answered_at: list[float] = []  # and when (wall clock), to tell the steady state's apart
     pacer = master.state.pacer
@@ -240,6 +258,7 @@ def run_master(app_dir: str, profile: bool, adopt: bool) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     master.run()
+    gc.callbacks.remove(gc_timed)  # not the interpreter's collection at exit
     if profiler is not None:
         profiler.disable()
         profiler.dump_stats(os.path.join(app_dir, "master.prof"))
@@ -254,6 +273,7 @@ def run_master(app_dir: str, profile: bool, adopt: bool) -> int:
         if steady:
             figures["steady_answer_ms"] = {"p50": 1000 * steady[len(steady) // 2],
                                            "p99": 1000 * steady[int(0.99 * (len(steady) - 1))]}
+    figures["gc"] = _gc_figures(pauses, deployed_at)
     figures.update(journal_writes=len(journal_times), journal_ms=_ms(journal_times), journal_bytes=journal_bytes,
                    committed_updates=len(committed_times), committed_ms=_ms(committed_times),
                    batches=len(batches), batch_mean=sum(batches) / len(batches) if batches else 0.0,
@@ -261,6 +281,17 @@ def run_master(app_dir: str, profile: bool, adopt: bool) -> int:
     with open(os.path.join(sim, "master.json"), "w") as f:
         json.dump(figures, f)
     return 0
+
+
+def _gc_figures(collections: list[tuple[float, int, float]], deployed_at: float | None) -> dict[str, float]:
+    """The garbage collector's pauses in the master (see the module's doc)."""
+    figures: dict[str, float] = {}
+    for name, generation in (("gc_young", 0), ("gc_gen1", 1), ("gc_full", 2)):
+        pauses = [s for _, gen, s in collections if gen == generation]
+        figures.update({name: len(pauses), f"{name}_max_ms": round(1000 * max(pauses, default=0.0), 1)})
+    steady = [s for at, _, s in collections if deployed_at is not None and at >= deployed_at]
+    return {**figures, "gc_steady": len(steady), "gc_steady_max_ms": round(1000 * max(steady, default=0.0), 1),
+            "gc_steady_total_ms": round(1000 * sum(steady), 1)}
 
 
 def _ms(values: list[float]) -> dict[str, float]:
@@ -546,6 +577,7 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
         "committed_ms_mean": round(mfig.get("committed_ms", {}).get("mean", 0.0), 3),
         "committed_ms_max": round(mfig.get("committed_ms", {}).get("max", 0.0), 3),
         "admin_operators_ms": round(statistics.median(admin_ms), 1) if admin_ms else None,
+        **mfig.get("gc", {}),
         # from when planning began (the AppMaster's construction) until every operator is ACTIVE
         "deploy_s": _round(first.get("deploy_s")),
         "deploy_from_process_start_s": _round(first.get("since_process_start_s")),
@@ -589,6 +621,11 @@ def report(r: dict[str, Any]) -> None:
           f"{r['steady_master_answer_ms_p50']} ms, p99 {r['steady_master_answer_ms_p99']} ms); "
           f"heartbeat interval at the end "
           f"{r['interval_ms']} ms (appmaster.pacing)")
+    if "gc_young" in r:
+        print(f"  garbage collector in the master: {r['gc_young']} young collections (longest "
+              f"{r['gc_young_max_ms']} ms), {r['gc_gen1']} of generation 1 ({r['gc_gen1_max_ms']} ms), "
+              f"{r['gc_full']} full ({r['gc_full_max_ms']} ms); in the steady state {r['gc_steady']}, "
+              f"{r['gc_steady_total_ms']} ms in all, longest {r['gc_steady_max_ms']} ms")
     print(f"  deploy: every operator ACTIVE {r['deploy_s']} s after planning began "
           f"({r['deploy_from_process_start_s']} s after the master's process started); "
           f"`stram list-operators` {r['list_operators_s']} s ({r['list_operators_rows']} rows)")

@@ -44,6 +44,10 @@ def test_harness_runs_a_small_configuration():
     # the steady state's answers, timed inside the master (apart from the agents' event loops)
     assert 0 < float(figures["steady_master_answer_ms_p50"]) <= float(figures["steady_master_answer_ms_p99"]), figures
     assert "restart_resume_s" not in figures, figures
+    # the master's garbage collections were timed: tune_gc's full one at start at least
+    assert int(figures["gc_full"]) >= 1 and float(figures["gc_full_max_ms"]) > 0, figures
+    young = int(figures["gc_young"]) + int(figures["gc_gen1"])
+    assert int(figures["gc_steady"]) <= young + int(figures["gc_full"]), figures
 
 
 @pytest.mark.slow
