@@ -30,6 +30,17 @@ from appmaster.rules import recovery_checkpoints
 
 __all__ = ["CommittedWindow"]
 
+#: Bits of a heap entry below its window: the operator's id (ids count up from 1, never near 2**48).
+_ID_BITS = 48
+_ID_MASK = (1 << _ID_BITS) - 1
+
+
+def _entry(window: int, op_id: int) -> int:
+    """An operator's recovery checkpoint and id as one heap entry, ordered as the pair would be.
+    An int: the cyclic garbage collector tracks a tuple until it scans it (a tuple reused from the
+    free list, uncounted); the heap holds one per recovery checkpoint since its last rebuild."""
+    return (window << _ID_BITS) | op_id
+
 
 class CommittedWindow:
     """Recovery checkpoints and the committed window of one :class:`~appmaster.state.MasterState`."""
@@ -50,8 +61,9 @@ class CommittedWindow:
         #: group root -> {candidate window: index of the member last found not to accept it}
         self.witness: dict[int, dict[int, int]] = {}
         self.acyclic = False
-        #: (recovery checkpoint, operator id): the committed window is the smallest current one
-        self.heap: list[tuple[int, int]] = []
+        #: :func:`_entry` of each operator's recovery checkpoint (and older ones): the committed
+        #: window is the smallest current one
+        self.heap: list[int] = []
         #: how many times each path ran (for tests and the bench)
         self.full_updates = 0
         self.incremental_updates = 0
@@ -80,7 +92,7 @@ class CommittedWindow:
         for root, members in self.members.items():
             self.value[root] = self._group_value(plan, root, members, state.initial_window) if self.acyclic else 0
         instructions = self._apply(plan, rec, list(plan.operators))
-        self.heap = [(op.recovery_checkpoint, op.id) for op in plan.operators.values()]
+        self.heap = [_entry(op.recovery_checkpoint, op.id) for op in plan.operators.values()]
         heapq.heapify(self.heap)
         self._commit(state)
         return instructions
@@ -122,7 +134,7 @@ class CommittedWindow:
             window = rec[op_id]
             if window > op.recovery_checkpoint:
                 op.recovery_checkpoint = window
-                heapq.heappush(heap, (window, op_id))
+                heapq.heappush(heap, _entry(window, op_id))
             checkpoints, kept = op.checkpoints, op.recovery_checkpoint
             if checkpoints and min(checkpoints) < kept:  # most touched operators have none older
                 op.checkpoints = [c for c in checkpoints if c >= kept]
@@ -131,12 +143,13 @@ class CommittedWindow:
 
     def _commit(self, state: Any) -> None:
         ops, heap = state.plan.operators, self.heap
-        while heap and (heap[0][1] not in ops or ops[heap[0][1]].recovery_checkpoint != heap[0][0]):
+        while heap and ((heap[0] & _ID_MASK) not in ops
+                        or ops[heap[0] & _ID_MASK].recovery_checkpoint != heap[0] >> _ID_BITS):
             heapq.heappop(heap)  # an older recovery checkpoint of an operator (or a removed one)
         if len(heap) > 4 * len(ops) + 64:
-            self.heap = heap = [(op.recovery_checkpoint, op.id) for op in ops.values()]
+            self.heap = heap = [_entry(op.recovery_checkpoint, op.id) for op in ops.values()]
             heapq.heapify(heap)
-        committed = heap[0][0]
+        committed = heap[0] >> _ID_BITS
         if committed > state.committed:
             state.committed = committed
 

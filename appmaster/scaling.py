@@ -57,7 +57,6 @@ from typing import Any, Mapping, Protocol
 
 from appmaster.plan import (INLINE_LOCALITIES, ContainerState, OperatorState, PhysicalPlan, PTContainer,
                             PTInput, PTOperator, _port_codec, _unifier_class, affected_operators)
-from appmaster.reports import END_MILLIS, TUPLES_IN
 from appmaster.spec.limits import MAX_PARTITIONS
 from container.partition import owner_of, partition_keys, partition_mask
 
@@ -586,10 +585,7 @@ def listener_requests(view: Mapping[str, OperatorStats], answer: Any) -> list[tu
 
 def _input_rate(state: StateView, op_id: int) -> float:
     history = state.window_history.get(op_id)
-    if not history or len(history) < 2:
-        return 0.0
-    span = (history[-1][END_MILLIS] - history[0][END_MILLIS]) / 1000
-    return sum(h[TUPLES_IN] for h in list(history)[1:]) / span if span > 0 else 0.0
+    return history.rate(inputs_only=True) if history else 0.0
 
 
 def _labels(rows: list[dict[str, Any]]) -> str:

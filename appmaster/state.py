@@ -42,7 +42,8 @@ from appmaster.instructions import (AdoptContainer, DeleteCheckpoints, Finish, I
 from appmaster.plan import (ContainerState, OperatorState, PhysicalPlan, PTContainer, PTOperator,
                             affected_operators)
 from appmaster.recovery import GONE, Recovery
-from appmaster.reports import ALIVE, OperatorTotals, StateReports, decode_metrics, port_totals, window_hex
+from appmaster.reports import (ALIVE, OperatorTotals, StateReports, WindowHistory, decode_metrics, port_totals,
+                               window_hex)
 from appmaster.rules import recovery_checkpoints, restart_backoff_millis
 from appmaster.scaling import ScaleRefused, ScaleResult
 from container.windows import initial_window
@@ -111,10 +112,8 @@ class MasterState(DeployMessages, Recovery, Diagnose, StateReports, Ending):
         self._undeploy: dict[str, set[int]] = collections.defaultdict(set)
         self._resets: dict[str, set[str]] = collections.defaultdict(set)
         self._node_requests: dict[str, list[proto.StramToNodeRequest]] = collections.defaultdict(list)
-        #: op id -> recent (window, tuples in, tuples out, end millis)
         #: operator id -> its last windows, oldest first
-        self.window_history: dict[int, collections.deque[tuple]] = collections.defaultdict(
-            lambda: collections.deque(maxlen=20))
+        self.window_history: dict[int, WindowHistory] = collections.defaultdict(WindowHistory)
         self.blocked: set[int] = set()
         #: operator id -> what it did in this master attempt (counters: never go backward)
         self.totals: dict[int, OperatorTotals] = collections.defaultdict(OperatorTotals)

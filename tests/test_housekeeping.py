@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import collections
 import gc
 import os
+import random
 import sys
 import threading
 import time
@@ -13,7 +15,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from appmaster.housekeeping import Purger  # noqa: E402
-from appmaster.reports import METRICS, TUPLES_IN, TUPLES_OUT, WINDOW_ID  # noqa: E402
+from appmaster.reports import END_MILLIS, METRICS, TUPLES_IN, TUPLES_OUT, WINDOW_ID, WindowHistory  # noqa: E402
 from container import fs  # noqa: E402
 from tests.statekit import StateRun  # noqa: E402
 
@@ -99,8 +101,9 @@ streams:
 
 
 def test_the_masters_window_samples_are_not_tracked_by_the_garbage_collector():
-    """Tracked samples (20 per operator) made each full collection scan hundreds of thousands
-    of objects at scale: they are plain tuples of numbers, with None for no metrics."""
+    """Tracked samples (20 per operator) made collections scan hundreds of thousands of objects
+    at scale: a history keeps its windows' numbers in an array and gives them back as plain
+    tuples, with None for no metrics."""
     run = StateRun(SPEC)
     run.deploy()
     for k in range(1, 4):
@@ -115,12 +118,10 @@ def test_the_masters_window_samples_are_not_tracked_by_the_garbage_collector():
             reports.append(rep)
         for cid in {run.cid("src"), run.cid("out")}:
             run.heartbeat(cid, *(r for r in reports if run.state.plan.operators[r.node_id].container == cid))
-    gc.collect()
     src, out = (list(run.state.window_history[run.id(n)]) for n in ("src", "out"))
     assert [s[WINDOW_ID] for s in out] == [run.w(k) for k in (1, 2, 3)]
     for sample in src + out:
         assert type(sample) is tuple
-    assert not any(gc.is_tracked(s) for s in out)  # no metrics: None, untracked
     assert src[-1][METRICS] == {"receiver": {"lag": 3}} and out[-1][METRICS] is None
     assert [s[TUPLES_OUT] for s in src] == [7, 14, 21] and [s[TUPLES_IN] for s in out] == [5, 10, 15]
     rows = {r["name"]: r for r in run.state.operator_rows()}
@@ -128,6 +129,42 @@ def test_the_masters_window_samples_are_not_tracked_by_the_garbage_collector():
     assert rows["out"]["last_window_tuples"] == [15, 0] and rows["out"]["tuples_in_total"] == 30
     assert rows["src"]["windows_total"] == 3 and rows["src"]["tuples_out_total"] == 42
     assert rows["out"]["tuples_per_sec"] == (10 + 15) / 2.0
+    # more windows than a history keeps: none of them stays an object the collector tracks
+    history = run.state.window_history[run.id("out")]
+    gc.collect()
+    before = len(gc.get_objects())
+    for k in range(4, 200):
+        history.append((run.w(k), 5, 0, 1000 * k, 10, None))
+    assert len(gc.get_objects()) - before < 5
+
+
+def test_a_window_history_reads_as_the_deque_of_tuples_it_replaced():
+    rng = random.Random(7)
+    for case in range(200):
+        maxlen = rng.choice([1, 2, 3, 20])
+        history, reference = WindowHistory(maxlen), collections.deque(maxlen=maxlen)
+        for k in range(rng.randrange(0, 3 * maxlen + 2)):
+            sample = (rng.choice([7 << 32 | k, -1, 0]), rng.randrange(0, 50), rng.choice([0, rng.randrange(50)]),
+                      1000 * k + rng.choice([0, 0, -5000]), rng.randrange(10 ** 9),
+                      rng.choice([None, None, {"lag": k}]))
+            history.append(sample)
+            reference.append(sample)
+            assert len(history) == len(reference) and list(history) == list(reference), case
+            assert [history[i] for i in range(-len(reference), len(reference))] == list(reference) * 2
+        with pytest.raises(IndexError):
+            history[len(reference)]
+        samples = list(reference)
+        span = (samples[-1][END_MILLIS] - samples[0][END_MILLIS]) / 1000 if len(samples) >= 2 else 0
+        expected = sum(s[TUPLES_OUT] or s[TUPLES_IN] for s in samples[1:]) / span if span > 0 else 0.0
+        assert history.rate() == pytest.approx(expected), case
+        assert history.rate(inputs_only=True) == pytest.approx(
+            sum(s[TUPLES_IN] for s in samples[1:]) / span if span > 0 else 0.0), case
+        copy = history.copy()
+        history.append((1, 2, 3, 4, 5, {"x": 1}))
+        assert list(copy) == samples  # a copy keeps what it saw
+    beyond = WindowHistory(2)
+    beyond.append((1, 1 << 70, -(1 << 70), 3, 4, None))  # an agent's nonsense is clamped, not raised
+    assert beyond[0] == (1, (1 << 63) - 1, -(1 << 63), 3, 4, None) and len(beyond) == 1
 
 
 def test_readers_copy_a_few_operators_per_hold_of_the_lock_and_see_the_same(monkeypatch):
