@@ -360,7 +360,7 @@ class MasterState(DeployMessages, Recovery, Diagnose, StateReports, Ending):
                     tuples_in, tuples_out = ws.tuples_in, ws.tuples_out
                 else:  # an agent that sends only the ports
                     tuples_in, tuples_out, end = port_totals(ws)
-                # a plain tuple of a WindowSample's fields, no metrics None: the collector untracks it
+                # a WindowSample's fields (the history keeps the numbers in an array, not this tuple)
                 sample = (ws.window_id, tuples_in, tuples_out, end or now, ws.cpu_time_used,
                           decode_metrics(ws.metrics) if ws.metrics else None)
                 history.append(sample)
