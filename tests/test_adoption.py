@@ -152,9 +152,12 @@ def test_launch_kills_a_stray_process_an_earlier_attempt_started_for_the_contain
     process the next attempt cannot adopt; it launches the container again, and first kills
     that stray (and only it), so that one process speaks for one container."""
     def agent(app_id: str, container_id: str) -> subprocess.Popen:
+        # held (STRAM_HOLD, its stdin open): it lives until killed, however slow the machine; an
+        # agent let go would find no credential here and exit at once
         env = dict(os.environ, STRAM_APP_ID=app_id, STRAM_CONTAINER_ID=container_id, STRAM_TOKEN="t",
-                   STRAM_APP_PATH=f"file://{tmp_path}/no-master", STRAM_WORK_DIR=str(tmp_path / container_id))
-        proc = subprocess.Popen([sys.executable, "-m", "container"], env=env, cwd=ROOT,
+                   STRAM_APP_PATH=f"file://{tmp_path}/no-master", STRAM_WORK_DIR=str(tmp_path / container_id),
+                   STRAM_HOLD="1")
+        proc = subprocess.Popen([sys.executable, "-m", "container"], env=env, cwd=ROOT, stdin=subprocess.PIPE,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_until(lambda: psutil.Process(proc.pid).cmdline()[-2:] == ["-m", "container"], 10, what="agent")
         return proc
@@ -173,6 +176,7 @@ def test_launch_kills_a_stray_process_an_earlier_attempt_started_for_the_contain
     finally:
         for proc in (stray, other_container, other_app):
             proc.kill()
+            proc.stdin.close()
             proc.wait()
 
 
