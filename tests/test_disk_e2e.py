@@ -15,6 +15,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+import threading
 import time
 
 import pytest
@@ -44,6 +45,8 @@ def small_disk(where: pathlib.Path, size_mb: int):
     try:
         yield where
     finally:
+        for filler in [f for f in Filler.running if where in f.path.parents]:
+            filler.stop()
         for _ in range(50):
             if subprocess.run(["umount", str(where)], capture_output=True).returncode == 0:
                 break
@@ -52,20 +55,52 @@ def small_disk(where: pathlib.Path, size_mb: int):
             subprocess.run(["umount", "-l", str(where)], capture_output=True)
 
 
-def fill(path: pathlib.Path) -> int:
-    """Write ``path`` until the file system is full; bytes written."""
-    written = 0
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
+class Filler:
+    """Fills the file system of ``path`` with ``path``, then keeps it full until :meth:`free`.
+
+    The application goes on freeing space after the disk filled (the master deletes checkpoints
+    the committed window passed, buffer servers their spill files), and a write that lands in
+    such a hole does not find the disk full: a thread tops the filler up every 20 ms.
+    """
+
+    #: Fillers still topping up: stopped before their disk is unmounted.
+    running: list[Filler] = []
+
+    def __init__(self, path: pathlib.Path) -> None:
+        self.path = path
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.written = self._top_up()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._keep_full, name="filler", daemon=True)
+        self._thread.start()
+        Filler.running.append(self)
+
+    def _top_up(self) -> int:
+        written = 0
         for chunk in (1 << 20, 4096, 512):
             while True:
                 try:
-                    written += os.write(fd, b"\0" * chunk)
+                    written += os.write(self.fd, b"\0" * chunk)
                 except OSError:
                     break
-    finally:
-        os.close(fd)
-    return written
+        return written
+
+    def _keep_full(self) -> None:
+        while not self._stop.wait(0.02):
+            self.written += self._top_up()
+
+    def stop(self) -> None:
+        """Stop topping up (the file stays)."""
+        if self in Filler.running:
+            Filler.running.remove(self)
+            self._stop.set()
+            self._thread.join()
+            os.close(self.fd)
+
+    def free(self) -> None:
+        """Stop, and delete the filler: the space comes back."""
+        self.stop()
+        self.path.unlink()
 
 
 def status(app_id: str) -> dict:
@@ -108,8 +143,7 @@ def test_disk_fills_then_frees_succeeds_exactly(tmp_path, monkeypatch):
         app_id = ""
         try:
             app_id, out = launch_wordcount(disk, monkeypatch)
-            filler = disk / "filler"
-            fill(filler)
+            filler = Filler(disk / "filler")
             paused = wait_until(lambda: "paused: no space left on device" in status(app_id).get("diagnostics", "")
                                 and status(app_id), timeout=60, what="status.json to say the application paused")
             assert paused["state"] == "RUNNING", paused
@@ -119,7 +153,7 @@ def test_disk_fills_then_frees_succeeds_exactly(tmp_path, monkeypatch):
             assert "no space left on device" in info["diagnostics"], info
             time.sleep(4)  # a pause longer than a few heartbeats and windows
             assert status(app_id).get("state") == "RUNNING"
-            filler.unlink()
+            filler.free()
             final = wait_final(app_id, timeout=240)
             assert final["state"] == "SUCCEEDED", final.get("diagnostics")
             sums, _, _ = read_counts(out)
@@ -140,7 +174,7 @@ def test_disk_stays_full_fails_with_diagnostic(tmp_path, monkeypatch):
         app_id = ""
         try:
             app_id, _ = launch_wordcount(disk, monkeypatch, "-D", "DISK_FULL_TIMEOUT_SECS=6")
-            fill(disk / "filler")
+            Filler(disk / "filler")
             started = time.monotonic()
             final = wait_final(app_id, timeout=120)
             took = time.monotonic() - started
@@ -161,8 +195,12 @@ def test_journal_waits_for_space_while_a_container_is_recovered(tmp_path, monkey
         app_id = ""
         try:
             app_id, out = launch_wordcount(disk, monkeypatch)
-            filler = disk / "filler"
-            fill(filler)
+            filler = Filler(disk / "filler")
+            # the containers wait to write their checkpoints first: the committed window stops, and
+            # no checkpoint it passed is deleted any more (space the master's journal could take)
+            wait_until(lambda: "paused: no space left on device" in status(app_id).get("diagnostics", ""),
+                       timeout=60, what="status.json to say the application paused")
+            time.sleep(1)
             kill_container_of(app_id, "count")
             paused = wait_until(lambda: "writing the journal" in status(app_id).get("diagnostics", "")
                                 and status(app_id), timeout=60, what="status.json to say the journal waits")
@@ -170,7 +208,7 @@ def test_journal_waits_for_space_while_a_container_is_recovered(tmp_path, monkey
             assert paused["diagnostics"].startswith("paused: no space left on device writing the journal")
             time.sleep(3)
             assert status(app_id).get("state") == "RUNNING"
-            filler.unlink()
+            filler.free()
             final = wait_final(app_id, timeout=240)
             assert final["state"] == "SUCCEEDED", final.get("diagnostics")
             sums, _, _ = read_counts(out)
@@ -188,8 +226,7 @@ def test_new_master_attempt_waits_for_space_at_start(tmp_path, monkeypatch):
         try:
             app_id, out = launch_wordcount(disk, monkeypatch)
             first = json.loads((disk / "home" / "apps" / app_id / "admin.json").read_text())["pid"]
-            filler = disk / "filler"
-            fill(filler)
+            filler = Filler(disk / "filler")
             os.kill(first, 9)
             wait_until(lambda: [p for p in app_processes(app_id) if p.pid != first
                                 and "appmaster" in " ".join(p.cmdline()) and "supervise" not in " ".join(p.cmdline())],
@@ -199,7 +236,7 @@ def test_new_master_attempt_waits_for_space_at_start(tmp_path, monkeypatch):
             info = wait_until(lambda: (i := admin(app_id, "info")) and i.get("paused") and i, timeout=60,
                               what="the new attempt's get-app-info to say it waits for space")
             assert "no space left on device" in info["diagnostics"], info
-            filler.unlink()
+            filler.free()
             final = wait_final(app_id, timeout=240)
             assert final["state"] == "SUCCEEDED", final.get("diagnostics")
             sums, _, _ = read_counts(out)
@@ -219,7 +256,7 @@ def test_new_master_attempt_on_a_disk_that_stays_full_fails_saying_why(tmp_path,
         try:
             app_id, _ = launch_wordcount(disk, monkeypatch, "-D", "DISK_FULL_TIMEOUT_SECS=8")
             first = json.loads((disk / "home" / "apps" / app_id / "admin.json").read_text())["pid"]
-            fill(disk / "filler")
+            Filler(disk / "filler")
             os.kill(first, 9)
             final = wait_final(app_id, timeout=120)
             assert final["state"] == "FAILED", final
