@@ -20,7 +20,7 @@ class Codec:
     #: Name used in stream attributes (``codec: arrow``).
     name: ClassVar[str] = ""
 
-    def encode(self, tuples: list) -> bytes:
+    def encode(self, tuples: list) -> bytes | memoryview:
         """Encode a batch.
 
         Parameters
@@ -30,8 +30,10 @@ class Codec:
 
         Returns
         -------
-        bytes
-            The encoded batch, opaque to the buffer server.
+        bytes or memoryview
+            The encoded batch, opaque to the buffer server: ``bytes``, or a read-only
+            ``memoryview`` of memory nothing changes afterwards (a ``pyarrow.Buffer``), which
+            the buffer server keeps by reference.
         """
         raise NotImplementedError
 
@@ -80,8 +82,11 @@ class ArrowCodec(Codec):
     ``STRAMIPC``, each preceded by its 4-byte big-endian length (an IPC stream
     itself always starts with ``0xFFFFFFFF``, so the two never collide).
     ``pyarrow.Table`` items are accepted and sent as their record batches.
-    Decoding is zero-copy: the returned batches point into ``data``.
-    An empty list encodes to ``b""``.
+    Encoding writes each stream once into a buffer of its exact size (measured by a
+    first pass that copies nothing) from Arrow's memory pool, and returns a read-only
+    ``memoryview`` of it: no buffer grows and is copied as it is written, and no copy
+    into ``bytes`` follows. Decoding is zero-copy: the returned batches point into
+    ``data``. An empty list encodes to ``b""``.
     """
 
     name: ClassVar[str] = "arrow"
@@ -91,15 +96,21 @@ class ArrowCodec(Codec):
 
     @staticmethod
     def _one_stream(batches: list) -> Any:
+        """One IPC stream of ``batches`` (one schema) in a ``pyarrow.Buffer`` of its size."""
         import pyarrow as pa
 
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, batches[0].schema) as writer:
+        schema = batches[0].schema
+        measure = pa.MockOutputStream()  # sizes only: the data is not copied
+        with pa.ipc.new_stream(measure, schema) as writer:
             for batch in batches:
                 writer.write_batch(batch)
-        return sink.getvalue()
+        buf = pa.allocate_buffer(measure.size())
+        with pa.ipc.new_stream(pa.FixedSizeBufferWriter(buf), schema) as writer:
+            for batch in batches:
+                writer.write_batch(batch)
+        return buf
 
-    def encode(self, tuples: list) -> bytes:
+    def encode(self, tuples: list) -> bytes | memoryview:
         import pyarrow as pa
 
         batches: list = []
@@ -120,7 +131,7 @@ class ArrowCodec(Codec):
             else:
                 runs.append([batch])
         if len(runs) == 1:
-            return self._one_stream(runs[0]).to_pybytes()
+            return memoryview(self._one_stream(runs[0])).toreadonly()  # written once, kept by reference
         parts = [_MIXED_MAGIC]
         for run in runs:
             buf = self._one_stream(run)

@@ -95,6 +95,15 @@ def _frame_len(f) -> int:
     return len(f[0]) + len(f[1]) if f.__class__ is tuple else len(f)
 
 
+def _immutable_view(data) -> bool:
+    """A read-only memoryview of bytes or of a ``pyarrow.Buffer`` (what the Arrow codec
+    returns): memory nobody changes, so it may be kept by reference."""
+    if data.__class__ is not memoryview or not data.readonly:
+        return False
+    owner = data.obj.__class__
+    return owner is bytes or (owner.__name__ == "Buffer" and owner.__module__ == "pyarrow.lib")
+
+
 def _wanted(frame, mask: int, keys: frozenset) -> bool:
     """Partition filter: control frames always, a payload when ``tag & mask`` is a key."""
     head = frame[0] if frame.__class__ is tuple else frame
@@ -454,10 +463,10 @@ class Publisher:
         """Start window ``window_id`` (must be above every earlier window)."""
         self._stream.append(self._gen, _BEGIN, _CTRL.pack(9, _BEGIN, window_id), window_id)
 
-    def payload(self, tag: int, data: bytes) -> None:
+    def payload(self, tag: int, data: bytes | memoryview) -> None:
         """Append one codec-encoded batch with partition tag ``tag`` to the open window."""
-        if data.__class__ is not bytes:
-            data = bytes(data)      # stored by reference: only immutable bytes
+        if data.__class__ is not bytes and not _immutable_view(data):
+            data = bytes(data)      # stored by reference: only memory nobody changes
         size = len(data)
         if size + 5 > self._max_frame:
             raise ValueError(f"payload of {size} bytes exceeds the frame limit of {self._max_frame}")
