@@ -493,7 +493,7 @@ class Agent:
             sub = Subscriber(inp.buffer_server_host, inp.buffer_server_port, inp.buffer_server_token,
                              f"{inp.source_node_id}.{inp.source_port_name}", start,
                              mask=inp.partition_mask, keys=list(inp.partition_keys),
-                             ssl_context=self.tls_client)
+                             ssl_context=self.tls_client, alloc=codec.receive_buffer)
             node.remote_inputs.append(sub)
             threading.Thread(target=_feed, args=(sub, node, src, codec), daemon=True,
                              name=f"sub-{node.id}-{inp.source_node_id}").start()

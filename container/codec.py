@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pickle
 import struct
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 __all__ = ["Codec", "PickleCodec", "ArrowCodec", "get_codec", "CODECS"]
 
@@ -20,7 +20,7 @@ class Codec:
     #: Name used in stream attributes (``codec: arrow``).
     name: ClassVar[str] = ""
 
-    def encode(self, tuples: list) -> bytes | memoryview:
+    def encode(self, tuples: list) -> bytes:
         """Encode a batch.
 
         Parameters
@@ -30,12 +30,25 @@ class Codec:
 
         Returns
         -------
-        bytes or memoryview
-            The encoded batch, opaque to the buffer server: ``bytes``, or a read-only
-            ``memoryview`` of memory nothing changes afterwards (a ``pyarrow.Buffer``), which
-            the buffer server keeps by reference.
+        bytes
+            The encoded batch, opaque to the buffer server.
         """
         raise NotImplementedError
+
+    def encode_parts(self, tuples: list) -> tuple:
+        """Encode a batch as the pieces of :meth:`encode`'s bytes, in order (what a publisher
+        calls: the buffer server keeps the pieces by reference and sends them with one
+        ``sendmsg``). Each piece is ``bytes`` or a ``pyarrow.Buffer``: memory nothing changes.
+        This default is the one piece :meth:`encode` returns.
+        """
+        return (self.encode(tuples),)
+
+    #: ``receive_buffer(n)``: a writable buffer of ``n`` bytes that a big payload of this
+    #: codec is received into and decoded from as it is (:class:`container.bufferserver.Subscriber`'s
+    #: ``alloc``), for a codec whose decoded tuples point into the payload: a copy out of the
+    #: shared receive buffer saved. None: payloads are copied out (the decoded tuples are new
+    #: objects, and the copy lands in memory just freed).
+    receive_buffer: ClassVar[Callable[[int], Any] | None] = None
 
     def decode(self, data: bytes) -> list:
         """Decode what :meth:`encode` produced.
@@ -72,6 +85,45 @@ _MIXED_MAGIC = b"STRAMIPC"
 _U32 = struct.Struct(">I")
 
 
+class _Pieces:
+    """A write-only file for ``pyarrow.PythonFile`` that keeps what an IPC writer writes: the
+    record batches' own buffers by reference (the writer hands them over as they are), the
+    small metadata and padding between them joined into ``bytes``."""
+
+    closed = False
+    #: Writes shorter than this are copied and joined with their neighbours.
+    SMALL = 1024
+
+    def __init__(self) -> None:
+        self.pieces: list = []
+        self._small: list[bytes] = []
+        self.size = 0
+
+    def write(self, data) -> int:
+        n = len(data)
+        self.size += n
+        if n < self.SMALL:
+            self._small.append(data if data.__class__ is bytes else bytes(data))
+        else:
+            self.take_small()
+            self.pieces.append(data)
+        return n
+
+    def take_small(self) -> None:
+        if self._small:
+            self.pieces.append(self._small[0] if len(self._small) == 1 else b"".join(self._small))
+            self._small = []
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class ArrowCodec(Codec):
     """Arrow IPC stream format for tuples that are ``pyarrow.RecordBatch`` objects.
 
@@ -82,11 +134,10 @@ class ArrowCodec(Codec):
     ``STRAMIPC``, each preceded by its 4-byte big-endian length (an IPC stream
     itself always starts with ``0xFFFFFFFF``, so the two never collide).
     ``pyarrow.Table`` items are accepted and sent as their record batches.
-    Encoding writes each stream once into a buffer of its exact size (measured by a
-    first pass that copies nothing) from Arrow's memory pool, and returns a read-only
-    ``memoryview`` of it: no buffer grows and is copied as it is written, and no copy
-    into ``bytes`` follows. Decoding is zero-copy: the returned batches point into
-    ``data``. An empty list encodes to ``b""``.
+    :meth:`encode_parts` copies no column: its pieces are the IPC messages' small
+    metadata and the record batches' own buffers (Arrow data is immutable), which
+    the buffer server keeps and sends as they are. Decoding is zero-copy: the
+    returned batches point into ``data``. An empty list encodes to ``b""``.
     """
 
     name: ClassVar[str] = "arrow"
@@ -95,22 +146,28 @@ class ArrowCodec(Codec):
         import pyarrow  # noqa: F401  (fail early with a clear ImportError)
 
     @staticmethod
-    def _one_stream(batches: list) -> Any:
-        """One IPC stream of ``batches`` (one schema) in a ``pyarrow.Buffer`` of its size."""
+    def _one_stream(batches: list) -> _Pieces:
+        """One IPC stream of ``batches`` (one schema), as pieces."""
         import pyarrow as pa
 
-        schema = batches[0].schema
-        measure = pa.MockOutputStream()  # sizes only: the data is not copied
-        with pa.ipc.new_stream(measure, schema) as writer:
+        out = _Pieces()
+        with pa.ipc.new_stream(pa.PythonFile(out, mode="w"), batches[0].schema) as writer:
             for batch in batches:
                 writer.write_batch(batch)
-        buf = pa.allocate_buffer(measure.size())
-        with pa.ipc.new_stream(pa.FixedSizeBufferWriter(buf), schema) as writer:
-            for batch in batches:
-                writer.write_batch(batch)
-        return buf
+        out.take_small()
+        return out
 
-    def encode(self, tuples: list) -> bytes | memoryview:
+    @staticmethod
+    def receive_buffer(size: int) -> Any:  # type: ignore[override]
+        """Uninitialised memory from Arrow's pool (no zeroing pass, pages it reuses)."""
+        import pyarrow as pa
+
+        return pa.allocate_buffer(size)
+
+    def encode(self, tuples: list) -> bytes:
+        return b"".join(self.encode_parts(tuples))
+
+    def encode_parts(self, tuples: list) -> tuple:
         import pyarrow as pa
 
         batches: list = []
@@ -123,7 +180,7 @@ class ArrowCodec(Codec):
                 raise TypeError(
                     f"arrow codec takes pyarrow.RecordBatch tuples, got {type(item).__name__}")
         if not batches:
-            return b""
+            return (b"",)
         runs: list[list] = [[batches[0]]]
         for batch in batches[1:]:
             if batch.schema.equals(runs[-1][0].schema, check_metadata=True):
@@ -131,13 +188,13 @@ class ArrowCodec(Codec):
             else:
                 runs.append([batch])
         if len(runs) == 1:
-            return memoryview(self._one_stream(runs[0])).toreadonly()  # written once, kept by reference
-        parts = [_MIXED_MAGIC]
+            return tuple(self._one_stream(runs[0]).pieces)
+        parts: list = [_MIXED_MAGIC]
         for run in runs:
-            buf = self._one_stream(run)
-            parts.append(_U32.pack(buf.size))
-            parts.append(buf.to_pybytes())
-        return b"".join(parts)
+            stream = self._one_stream(run)
+            parts.append(_U32.pack(stream.size))
+            parts += stream.pieces
+        return tuple(parts)
 
     def decode(self, data: bytes) -> list:
         import pyarrow as pa

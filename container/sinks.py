@@ -150,16 +150,17 @@ class PublisherSink(Sink):
         self._publish_frame(tag, tuples)
 
     def _publish_frame(self, tag: int, tuples: list) -> None:
-        payload = self.codec.encode(tuples)
-        if len(payload) > MAX_PAYLOAD_BYTES and len(tuples) > 1:
+        pieces = self.codec.encode_parts(tuples)  # kept by the buffer server as they are
+        size = sum(map(len, pieces))
+        if size > MAX_PAYLOAD_BYTES and len(tuples) > 1:
             half = len(tuples) // 2  # big tuples: keep frames well under the frame limit
             self._publish_frame(tag, tuples[:half])
             self._publish_frame(tag, tuples[half:])
             return
         if tuples:
-            self._per_tuple = len(payload) / len(tuples) or 1.0
-        self.bytes += len(payload)
-        self.publisher.payload(tag, payload)
+            self._per_tuple = size / len(tuples) or 1.0
+        self.bytes += size
+        self.publisher.payload(tag, pieces[0] if len(pieces) == 1 else pieces)
 
     def control(self, kind: int, window_id: int) -> None:
         p = self.publisher

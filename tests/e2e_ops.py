@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -213,3 +214,51 @@ class Sleeper(Operator):
                 f.write("sleeping\n")
         time.sleep(self.seconds)  # the frame `stram stack` must show
         self.output.emit(tuple)
+
+
+class ArrowRows(InputOperator):
+    """Emits ``total`` rows ``(id, name)`` as ``pyarrow.RecordBatch`` tuples of ``rows`` rows:
+    ``id`` counts up from 0, ``name`` is ``"n<id>"`` padded to ``width`` characters."""
+
+    output = OutputPort()
+    total: int = 100_000
+    rows: int = 1000
+    width: int = 60
+    transient = ()
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+    def emit_tuples(self) -> None:
+        import pyarrow as pa
+
+        if self.sent >= self.total:
+            raise ShutdownException("done")
+        ids = range(self.sent, min(self.sent + self.rows, self.total))
+        self.output.emit(pa.record_batch({"id": pa.array(ids, pa.int64()),
+                                          "name": [f"n{i}".ljust(self.width, ".") for i in ids]}))
+        self.sent += len(ids)
+
+
+class ArrowDigest(Operator):
+    """Sums what arrives in record batches (rows, ids, name lengths, names' CRC32s) and writes
+    the sums as JSON to ``path`` at every window's end."""
+
+    input = InputPort()
+    path: str = ""
+
+    def __init__(self) -> None:
+        self.rows = self.ids = self.chars = self.crc = 0
+
+    def process_input(self, batch) -> None:  # noqa: A002
+        import zlib
+
+        self.rows += batch.num_rows
+        self.ids += sum(batch.column("id").to_pylist())
+        names = batch.column("name").to_pylist()
+        self.chars += sum(map(len, names))
+        self.crc += sum(zlib.crc32(n.encode()) for n in names)
+
+    def end_window(self) -> None:
+        with open(self.path, "w") as f:
+            f.write(json.dumps({"rows": self.rows, "ids": self.ids, "chars": self.chars, "crc": self.crc}))

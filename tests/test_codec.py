@@ -56,13 +56,30 @@ def test_arrow_round_trip_one_schema_is_a_plain_ipc_stream():
     batches = [_batch(100), _batch(5, 100), _batch(0, 105)]
     codec = ArrowCodec()
     data = codec.encode(batches)
-    # a read-only view of Arrow's buffer: kept by reference (the buffer server stores it as is)
-    assert isinstance(data, memoryview) and data.readonly and isinstance(data.obj, pa.Buffer)
+    assert isinstance(data, bytes)
     out = codec.decode(data)
     assert len(out) == 3 and all(isinstance(b, pa.RecordBatch) for b in out)
     assert all(a.equals(b) for a, b in zip(batches, out))
     # any Arrow reader can read it
     assert pa.ipc.open_stream(data).read_all().num_rows == 105
+
+
+def test_arrow_parts_are_the_batches_own_buffers():
+    """encode_parts copies no column: its big pieces are the record batches' buffers, the rest
+    small metadata, and joined they are encode's bytes (a plain IPC stream, mixed schemas too)."""
+    batches = [_batch(2000), _batch(3000, 2000)]
+    codec = ArrowCodec()
+    parts = codec.encode_parts(batches)
+    owned = {b.address for batch in batches for col in batch.columns for b in col.buffers() if b is not None}
+    big = [p for p in parts if len(p) >= 1024]
+    assert big and all(isinstance(p, pa.Buffer) and p.address in owned for p in big)
+    assert all(isinstance(p, bytes) for p in parts if len(p) < 1024)
+    assert b"".join(parts) == codec.encode(batches)
+    assert pa.ipc.open_stream(b"".join(parts)).read_all().num_rows == 5000
+    mixed = [_batch(1500), pa.record_batch({"w": ["x"] * 2000}), _batch(2, 1500)]
+    out = codec.decode(b"".join(codec.encode_parts(mixed)))
+    assert all(a.equals(b) for a, b in zip(mixed, out)) and len(out) == 3
+    assert PickleCodec().encode_parts(["a"]) == (PickleCodec().encode(["a"]),)
 
 
 def test_arrow_round_trip_mixed_schemas_keeps_order():

@@ -15,7 +15,7 @@ import os
 import socket
 import ssl
 import threading
-from typing import Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from container.bufferserver.connection import _FrameReader, _send_buffers, _shutdown
 from container.bufferserver.protocol import (
@@ -135,13 +135,15 @@ class RemotePublisher:
         """Start window ``window_id``."""
         self._ctrl(_BEGIN, window_id, False)
 
-    def payload(self, tag: int, data: bytes) -> None:
-        """Append one encoded batch with partition tag ``tag``."""
-        if len(data) + 5 > self.max_frame:
-            raise ValueError(f"payload of {len(data)} bytes exceeds the frame limit of {self.max_frame}")
-        self._pending.append(_PAYLOAD_HDR.pack(len(data) + 5, _PAYLOAD, tag))
-        self._pending.append(data)
-        self._pending_bytes += len(data) + 9
+    def payload(self, tag: int, data: bytes | tuple) -> None:
+        """Append one encoded batch with partition tag ``tag``: bytes, or its pieces in order."""
+        pieces = data if data.__class__ is tuple else (data,)
+        size = sum(map(len, pieces))
+        if size + 5 > self.max_frame:
+            raise ValueError(f"payload of {size} bytes exceeds the frame limit of {self.max_frame}")
+        self._pending.append(_PAYLOAD_HDR.pack(size + 5, _PAYLOAD, tag))
+        self._pending += pieces
+        self._pending_bytes += size + 9
         if self._pending_bytes >= self.flush_bytes:
             self.flush()
 
@@ -201,8 +203,8 @@ class Subscriber:
     """Reads one publisher's stream from a buffer server, exactly once across reconnects.
 
     Messages are ``(MessageType, value)``: the window id for BEGIN_WINDOW,
-    END_WINDOW, CHECKPOINT and RESET_WINDOW, ``(tag, bytes)`` for PAYLOAD and
-    None for END_STREAM (the last message).
+    END_WINDOW, CHECKPOINT and RESET_WINDOW, ``(tag, bytes)`` for PAYLOAD (see
+    ``alloc``) and None for END_STREAM (the last message).
 
     When the connection drops and ``reconnect`` is on, the subscriber
     subscribes again from the window it was in and skips the messages of that
@@ -231,13 +233,20 @@ class Subscriber:
         Name in the server's logs.
     ssl_context : ssl.SSLContext, optional
         TLS to the server (:func:`container.tls.client_context`); None: plain TCP.
+    alloc : callable, optional
+        ``alloc(n)``: a writable buffer of ``n`` bytes. Given, a payload frame of
+        :data:`~container.bufferserver.connection.BIG_FRAME` bytes or more is received
+        into one of its own and delivered as a ``memoryview`` of it, not copied out of the
+        shared receive buffer: for a codec whose decoded tuples point into the payload
+        (:meth:`container.codec.Codec.receive_buffer`). None: every payload is ``bytes``.
     """
 
     def __init__(self, host: str, port: int, token: bytes | str, publisher_id: str, from_window: int,
                  mask: int = 0, keys: Iterable[int] = (), *, reconnect: bool = True,
                  backoff: tuple[float, float] = (0.05, 2.0), subscriber_id: str = "",
                  connect_timeout: float = 10.0, max_frame: int = MAX_FRAME,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None, alloc: Callable[[int], Any] | None = None) -> None:
+        self.alloc = alloc
         self.host, self.port, self.token = host, port, _as_token(token)
         self.ssl_context = ssl_context
         self.publisher_id, self.from_window = publisher_id, from_window
@@ -268,7 +277,7 @@ class Subscriber:
         try:
             sock.sendall(encode_subscribe(self.token, self.publisher_id, self._resume_from,
                                           self.mask, self.keys, self.subscriber_id))
-            reader = _FrameReader(sock, self.max_frame)
+            reader = _FrameReader(sock, self.max_frame, alloc=self.alloc)
             _expect_ok(reader, f"subscribe {self.publisher_id!r}")
         except BaseException:
             sock.close()
@@ -342,12 +351,18 @@ class Subscriber:
 
     def _parse(self, reader: _FrameReader) -> list[Message]:
         out: list[Message] = []
-        buf, view = reader.buf, reader.view
         unpack_i64, unpack_u32 = _I64.unpack_from, _U32.unpack_from
-        for s, e in reader.parse():
+        big = reader.take_big()  # a big payload: handed on in its own buffer, not copied
+        buf, view = reader.buf, reader.view
+        frames = [(buf, view, s, e) for s, e in reader.parse()]
+        if big is not None:
+            big = memoryview(big).cast("B")
+            frames.insert(0, (big, big, 0, len(big)))
+        for buf, view, s, e in frames:
             t = buf[s + 4]
             if t == _PAYLOAD:
-                msg = (_PAYLOAD, (unpack_u32(buf, s + 5)[0], bytes(view[s + 9:e])))
+                msg = (_PAYLOAD, (unpack_u32(buf, s + 5)[0],
+                                  view[9:] if buf is big else bytes(view[s + 9:e])))
             elif t == _END:
                 msg = (_END, unpack_i64(buf, s + 5)[0])
             elif t == _BEGIN or t == _CHECKPOINT or t == _RESET_WINDOW:

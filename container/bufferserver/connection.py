@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import socket
 import ssl
+from typing import Any, Callable
 
 from container.bufferserver.protocol import _LEN, ProtocolError
 
 _IOV_MAX = 1024                        # buffers per sendmsg (Linux IOV_MAX)
 _RECV_SIZE = 1 << 20
+#: A frame at least this long is received into a buffer of its own, handed on as it is
+#: (a reader given ``alloc``): its bytes are not copied out of the shared buffer.
+BIG_FRAME = 256 << 10
 
 
 class _FrameReader:
@@ -21,25 +25,53 @@ class _FrameReader:
 
     :meth:`parse` returns ``(start, end)`` offsets of complete frames (length
     prefix included) in :attr:`buf`; they stay valid until the next :meth:`fill`.
+    Given ``alloc`` (``alloc(n)``: a writable buffer of ``n`` bytes), a frame of
+    :data:`BIG_FRAME` bytes or more that has not arrived whole yet is received into a
+    buffer of its own instead, which :meth:`take_big` hands over once complete (it comes
+    before anything :meth:`parse` returns after it).
     """
 
-    __slots__ = ("sock", "max_frame", "buf", "view", "start", "end", "size", "bytes_received")
+    __slots__ = ("sock", "max_frame", "buf", "view", "start", "end", "size", "bytes_received",
+                 "alloc", "_big", "_big_view", "_big_have")
 
-    def __init__(self, sock: socket.socket, max_frame: int, size: int = _RECV_SIZE) -> None:
+    def __init__(self, sock: socket.socket, max_frame: int, size: int = _RECV_SIZE,
+                 alloc: Callable[[int], Any] | None = None) -> None:
         self.sock, self.max_frame, self.size = sock, max_frame, size
         self.buf = bytearray(size)
         self.view = memoryview(self.buf)
         self.start = self.end = 0
         self.bytes_received = 0
+        self.alloc = alloc
+        self._big: Any = None  # the big frame being received, length prefix included
+        self._big_view: memoryview | None = None
+        self._big_have = 0
 
     def pending(self) -> int:
         """Bytes of an incomplete frame held."""
-        return self.end - self.start
+        return self.end - self.start + (self._big_have if self._big is not None else 0)
+
+    def take_big(self) -> Any:
+        """The big frame received whole (length prefix included), once; else None."""
+        big = self._big
+        if big is None or self._big_have < len(big):
+            return None
+        self._big = self._big_view = None
+        return big
 
     def fill(self) -> int:
         """Receive once (blocking per the socket's timeout); 0 means EOF."""
+        if self._big is not None:
+            return self._fill_big()
         avail = self.end - self.start
         need = 4 if avail < 4 else 4 + _LEN.unpack_from(self.buf, self.start)[0]
+        if self.alloc is not None and need >= BIG_FRAME and need - 4 <= self.max_frame:
+            # its own buffer: what came of it moves there once, the rest is received in place
+            big = self._big = self.alloc(need)
+            view = self._big_view = memoryview(big).cast("B")
+            view[:avail] = self.view[self.start:self.end]
+            self._big_have = avail
+            self.start = self.end = 0
+            return self._fill_big()
         cap = len(self.buf)
         if cap - self.start < need or cap - self.end < min(64 << 10, cap >> 2):
             # room for a big frame plus one normal receive, so big frames rarely move
@@ -54,6 +86,12 @@ class _FrameReader:
             self.start, self.end = 0, avail
         n = self.sock.recv_into(self.view[self.end:])
         self.end += n
+        self.bytes_received += n
+        return n
+
+    def _fill_big(self) -> int:
+        n = self.sock.recv_into(self._big_view[self._big_have:])
+        self._big_have += n
         self.bytes_received += n
         return n
 

@@ -74,7 +74,7 @@ class _Owner(Protocol):
 # --------------------------------------------------------------------------- stored frames
 
 def _flatten(frames: list) -> list:
-    """Stored frames -> buffers to send (a payload may be a (header, data) pair)."""
+    """Stored frames -> buffers to send (a payload is its header and its pieces, a tuple)."""
     out: list = []
     for f in frames:
         if f.__class__ is tuple:
@@ -92,16 +92,21 @@ def _unlink(path: str) -> None:
 
 
 def _frame_len(f) -> int:
-    return len(f[0]) + len(f[1]) if f.__class__ is tuple else len(f)
+    return sum(map(len, f)) if f.__class__ is tuple else len(f)
 
 
-def _immutable_view(data) -> bool:
-    """A read-only memoryview of bytes or of a ``pyarrow.Buffer`` (what the Arrow codec
-    returns): memory nobody changes, so it may be kept by reference."""
-    if data.__class__ is not memoryview or not data.readonly:
-        return False
-    owner = data.obj.__class__
-    return owner is bytes or (owner.__name__ == "Buffer" and owner.__module__ == "pyarrow.lib")
+def _kept(data) -> tuple:
+    """A payload's pieces as the store keeps them, by reference: ``bytes`` and ``pyarrow.Buffer``
+    (memory nobody changes); anything else (a bytearray, a memoryview) is copied into bytes."""
+    pieces = data if data.__class__ is tuple else (data,)
+    if all(p.__class__ is bytes or _is_arrow_buffer(p) for p in pieces):
+        return pieces
+    return tuple(p if p.__class__ is bytes or _is_arrow_buffer(p) else bytes(p) for p in pieces)
+
+
+def _is_arrow_buffer(p) -> bool:
+    cls = p.__class__
+    return cls.__name__ == "Buffer" and cls.__module__ == "pyarrow.lib"
 
 
 def _wanted(frame, mask: int, keys: frozenset) -> bool:
@@ -424,7 +429,7 @@ class _Stream:
             total, j = 0, k
             while j < len(frames) and total < _SEND_BUDGET:
                 f = frames[j]
-                total += len(f[0]) + len(f[1]) if f.__class__ is tuple else len(f)
+                total += sum(map(len, f)) if f.__class__ is tuple else len(f)
                 j += 1
             sub.index = u.spilled + j
             sub.delivered_to = (u.seq, sub.index)
@@ -463,14 +468,14 @@ class Publisher:
         """Start window ``window_id`` (must be above every earlier window)."""
         self._stream.append(self._gen, _BEGIN, _CTRL.pack(9, _BEGIN, window_id), window_id)
 
-    def payload(self, tag: int, data: bytes | memoryview) -> None:
-        """Append one codec-encoded batch with partition tag ``tag`` to the open window."""
-        if data.__class__ is not bytes and not _immutable_view(data):
-            data = bytes(data)      # stored by reference: only memory nobody changes
-        size = len(data)
+    def payload(self, tag: int, data: bytes | tuple) -> None:
+        """Append one codec-encoded batch with partition tag ``tag`` to the open window: bytes,
+        or its pieces in order (:meth:`container.codec.Codec.encode_parts`)."""
+        pieces = _kept(data)
+        size = sum(map(len, pieces))
         if size + 5 > self._max_frame:
             raise ValueError(f"payload of {size} bytes exceeds the frame limit of {self._max_frame}")
-        self._stream.append(self._gen, _PAYLOAD, (_PAYLOAD_HDR.pack(size + 5, _PAYLOAD, tag), data))
+        self._stream.append(self._gen, _PAYLOAD, (_PAYLOAD_HDR.pack(size + 5, _PAYLOAD, tag), *pieces))
 
     def end_window(self, window_id: int) -> None:
         """End the open window, which must be ``window_id``."""

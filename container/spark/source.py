@@ -193,7 +193,8 @@ def read_partition(partition: StramPartition, schema: Any) -> Iterator[Any]:
     sub = Subscriber(p.host, p.port_number, bytes.fromhex(p.token), p.publisher, p.start + 1,
                      mask=p.mask, keys=p.keys, reconnect=False, connect_timeout=p.connect_timeout,
                      subscriber_id=f"spark:{p.operator}:{os.getpid()}",
-                     ssl_context=_client_context(p.tls_cert.encode() if p.tls_cert else None))
+                     ssl_context=_client_context(p.tls_cert.encode() if p.tls_cert else None),
+                     alloc=codec.receive_buffer)
     PAYLOAD, END_WINDOW, BEGIN_WINDOW, END_STREAM = (MessageType.PAYLOAD, MessageType.END_WINDOW,
                                                      MessageType.BEGIN_WINDOW, MessageType.END_STREAM)
     rows: list = []
