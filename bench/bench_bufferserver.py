@@ -123,7 +123,7 @@ def run_publisher(case: Case, seconds: float, mode: str, addr, addr_q, sub_ready
         w += 1
         pub.begin_window(w)
         for i in range(case.batches_per_window):
-            pub.payload(i, codec.encode(batch))
+            pub.payload(i, codec.encode_parts(batch))  # as a PublisherSink does
         pub.end_window(w)
     pub.end_stream()
     pub.close()
@@ -139,7 +139,7 @@ def run_subscriber(case: Case, addr, sub_ready, sub_done, out_q) -> None:
     rss = PeakRss()
     codec = get_codec(case.codec)
     host, port = addr
-    sub = Subscriber(host, port, TOKEN, PUBLISHER_ID, 0, subscriber_id="bench")
+    sub = Subscriber(host, port, TOKEN, PUBLISHER_ID, 0, subscriber_id="bench", alloc=codec.receive_buffer)
     first = sub.poll(0.01)            # connected and subscribed before the publisher starts
     sub_ready.set()
     tuples = 0

@@ -7,7 +7,7 @@ Launches real local applications (master, agents, buffer servers) with a
 BlastSource feeding a CountSink (per-tuple operators, then batch operators:
 ``emit_batch`` and ``process_batch``) over THREAD_LOCAL, CONTAINER_LOCAL and
 separate-container (buffer server) streams, for 64-byte and 4 KiB strings and
-Arrow batches of 64-byte rows, and prints tuples/s and the containers' peak
+Arrow batches of 64-byte rows (1,000 and 10,000 to a batch), and prints tuples/s and the containers' peak
 RSS. Rates are measured at the sink, from its first to its last tuple. For 4 KiB
 strings and Arrow rows the rate in MB/s is printed beside plain TCP on
 127.0.0.1 between two Python processes, measured in the same run. By default
@@ -74,14 +74,15 @@ def peak_rss(app_home: str, stop: threading.Event, out: dict) -> None:
 
 
 def run(name: str, count: int, size: int, locality: str | None, arrow: bool = False,
-        batched: bool = False, tls: bool = False, checkpoint: int = NO_CHECKPOINT) -> dict:
+        batched: bool = False, rows: int = 1000, tls: bool = False, checkpoint: int = NO_CHECKPOINT) -> dict:
+    """One application moving ``count`` tuples of ``size`` bytes (Arrow: ``rows`` to a record batch)."""
     home = tempfile.mkdtemp(prefix="stram-bench-")
     result = os.path.join(home, "result.json")
     spec = os.path.join(home, "spec.yaml")
     with open(spec, "w") as f:
         f.write(SPEC.format(name=name, memory_mb=SPILL_ABOVE >> 20, count=count, size=size, checkpoint=checkpoint,
                             arrow=str(arrow).lower(),
-                            batch=1000 if arrow else 4096, result=result, batched=str(batched).lower(),
+                            batch=rows if arrow else 4096, result=result, batched=str(batched).lower(),
                             sink="RowCountSink" if arrow else "BatchCountSink" if batched else "CountSink",
                             locality=f", locality: {locality}" if locality else "",
                             codec=", codec: arrow" if arrow else "", tls=str(tls).lower()))
@@ -169,6 +170,8 @@ def main() -> None:
         ("CONTAINER_LOCAL 4KiB", n // 10, 4096, "CONTAINER_LOCAL", False),
         ("buffer server 4KiB", n // 10, 4096, None, False),
         ("buffer server Arrow 64B rows", n * 4, 64, None, True),
+        # Spark's default Arrow batch (spark.sql.execution.arrow.maxRecordsPerBatch)
+        ("buffer server Arrow 10k rows", n * 4, 64, None, True, False, 10_000),
         # batch operators at both ends (emit_batch, process_batch)
         ("THREAD_LOCAL 64B batch ops", n * 4, 64, "THREAD_LOCAL", False, True),
         ("CONTAINER_LOCAL 64B batch ops", n * 4, 64, "CONTAINER_LOCAL", False, True),
@@ -212,7 +215,7 @@ def compare_tls(n: int, rounds: int) -> None:
         rates: dict[bool, list[float]] = {False: [], True: []}
         for _ in range(rounds):
             for tls in (False, True):
-                rates[tls].append(run(name, count, size, locality, arrow, batched, tls)["rate"])
+                rates[tls].append(run(name, count, size, locality, arrow, batched, tls=tls)["rate"])
         plain, secure = statistics.median(rates[False]), statistics.median(rates[True])
         print(f"{name:<30} {plain:>15,.0f} {secure:>13,.0f} {secure / plain:>10.2f}  "
               f"{secure * size / 1e6:>9,.0f}", flush=True)
