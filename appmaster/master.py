@@ -201,7 +201,17 @@ class AppMaster(AddressFiles):
             self.write_status(final=False)
 
     def _launch_container(self, ins: LaunchContainer) -> None:
-        self.credentials.write(ins.container_id)  # its own, never the application's token (container.secret)
+        # its own credential, never the application's token (container.secret); on a full disk the
+        # launch waits for space as the journal does (else the container would wait a minute to be
+        # found not started), and past DISK_FULL_TIMEOUT_SECS the application fails saying why
+        try:
+            space.retry(f"writing the credential of {ins.container_id} under {self.app_path}",
+                        self.credentials.write, ins.container_id, pauses=self.pauses,
+                        stop=lambda: self.state.state != "RUNNING")
+        except space.DiskFull as exc:
+            log.error("the application fails: %s", exc)
+            self.dispatch(DiskFull(_now(), str(exc)))
+            return
         env = container_request_env(ins.container_id, self.app_path, self.app_id)
         started = self.launcher.launch(ContainerRequest(ins.container_id, ins.memory_mb, ins.vcores,
                                                         ins.hosts, env))

@@ -138,3 +138,89 @@ def test_a_master_on_hdfs_writes_every_launched_containers_credential(minicluste
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert len(result["launched"]) == 3 * credentials_mod.WRITERS
     assert result["wrong"] == []
+
+
+class _Recording:
+    """A launcher that records launches and starts nothing."""
+
+    def __init__(self) -> None:
+        self.launched: list[str] = []
+
+    def launch(self, request):  # noqa: ANN001
+        self.launched.append(request.container_id)
+
+    def kill(self, container_id: str) -> None:
+        pass
+
+    def poll(self) -> list:
+        return []
+
+    def stop_all(self, grace: float = 5.0) -> None:
+        pass
+
+    def running(self) -> list[str]:
+        return list(self.launched)
+
+
+def _full_disk_for(monkeypatch, failures: int) -> list[str]:
+    """Credential writes fail with ENOSPC ``failures`` times, then work; the failed files' names."""
+    import errno
+
+    failed: list[str] = []
+    real = fs.write_atomic
+
+    def write_atomic(uri: str, data: bytes) -> None:
+        if "/credentials/" in uri and len(failed) < failures:
+            failed.append(uri.rsplit("/", 1)[-1])
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(uri, data)
+
+    monkeypatch.setattr(fs, "write_atomic", write_atomic)
+    return failed
+
+
+def _master(tmp_path, timeout_secs: int):  # noqa: ANN001
+    from appmaster.master import AppMaster
+    from appmaster.spec import AppSpec
+
+    spec = AppSpec.from_yaml(
+        f"name: two\nattributes: {{DISK_FULL_TIMEOUT_SECS: {timeout_secs}}}\noperators:\n"
+        + "".join(f"  o{i}: {{class: 'container.operators.io:LineReader', properties: {{path: /dev/null}}}}\n"
+                  for i in range(2)))
+    return AppMaster(spec, "application_0_0043", f"file://{tmp_path}/app", TOKEN, _Recording(), host="127.0.0.1")
+
+
+def test_a_launch_waits_for_space_to_write_the_credential(tmp_path, monkeypatch):
+    """A full disk when a container is launched: the launch retries its credential until space comes
+    back (the status says what waits meanwhile), then the container starts with its credential."""
+    import time
+
+    from appmaster.events import Start
+
+    failed = _full_disk_for(monkeypatch, 4)
+    master = _master(tmp_path, 60)
+    seen: list[str] = []
+    real_still = master.pauses.still
+    monkeypatch.setattr(master.pauses, "still", lambda what: (seen.append(master.pauses.describe()),
+                                                              real_still(what)))
+    master.dispatch(Start(int(time.time() * 1000)))
+    assert len(failed) == 4 and master.state.state == "RUNNING"
+    assert len(master.launcher.launched) == 2 and set(failed) <= set(master.launcher.launched)
+    assert any("paused: no space left on device writing the credential of container_" in d for d in seen), seen
+    assert not master.pauses.active()
+    for cid in master.launcher.launched:
+        assert fs.read_bytes(apppath.credential(master.app_path, cid)).decode() == container_credential(TOKEN, cid)
+
+
+def test_a_launch_that_never_finds_space_fails_the_application_saying_why(tmp_path, monkeypatch):
+    import time
+
+    from appmaster.events import Start
+
+    _full_disk_for(monkeypatch, 10**9)
+    master = _master(tmp_path, 1)
+    master.dispatch(Start(int(time.time() * 1000)))
+    assert master.launcher.launched == []
+    assert master.state.state == "FAILED"
+    assert "no space left on device writing the credential of container_" in master.state.diagnostics
+    assert "DISK_FULL_TIMEOUT_SECS=1" in master.state.diagnostics
