@@ -46,8 +46,8 @@ AppMaster's construction, after the interpreter started and imported stram;
 ``deploy_from_process_start_s`` counts from the process's start) until every
 operator of the plan is ACTIVE and every container RUNNING and heard from. It
 includes the agents' side of deploying: they start at random moments within
-the first heartbeat interval and report an operator ACTIVE in the heartbeat
-after the one that deployed it. The application's directory is
+the first heartbeat interval and report an operator ACTIVE in a heartbeat
+sent at once after the one that deployed it, as a real agent does. The application's directory is
 ``$STRAM_HOME/apps/<APP_ID>`` under a temporary ``STRAM_HOME``, with the token
 where ``stram launch`` keeps it, so the real CLI finds it: once every operator
 is ACTIVE, ``list_operators_s`` is the wall time of ``stram list-operators
@@ -429,7 +429,8 @@ async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_eve
                     await stream.done_writing()
                 return
             interval = (response.heartbeat_interval_millis or ctx.heartbeat_interval_millis) / 1000
-            await asyncio.sleep(interval)
+            if not response.deploy_request:  # a real agent heartbeats again at once after a deploy
+                await asyncio.sleep(interval)
 
     async def follow_launches() -> None:
         offset = 0

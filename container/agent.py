@@ -335,6 +335,9 @@ class Agent:
                 self.buffer_server.reset(pub)
         if r.deploy_request:
             self._deploy(list(r.deploy_request))
+            # the next heartbeat at once: the master hears the operators are ACTIVE (and the
+            # application's deploy ends) without waiting out an interval
+            self._wake.set()
         for req in r.node_requests:
             node = self.nodes.get(req.operator_id)
             if node is not None and req.request_type == proto.StramToNodeRequest.SHUTDOWN_OPERATOR:

@@ -122,3 +122,16 @@ def test_a_running_operator_takes_committed_windows_on_its_own_thread_only(tmp_p
     sink.state = NodeState.ACTIVE  # as if it were still running
     agent._apply(proto.ContainerHeartbeatResponse(committed_window_id=out.windows[-1]))
     assert out.calls == [] and list(sink.requests) == [("committed", out.windows[-1])]
+
+
+def test_a_deploy_wakes_the_heartbeat_loop_at_once(tmp_path):
+    """The heartbeat after a deploy goes at once, not an interval later: the master hears the new
+    operators are ACTIVE (and a deploy ends) without waiting out the interval."""
+    agent = Agent("container_000002", str(tmp_path), "credential", host="127.0.0.1", work_dir=str(tmp_path))
+    deployed: list = []
+    agent._deploy = deployed.append
+    agent._apply(proto.ContainerHeartbeatResponse(committed_window_id=5))
+    assert not agent._wake.is_set() and deployed == []
+    agent._apply(proto.ContainerHeartbeatResponse(deploy_request=[proto.OperatorDeployInfo(id=7, name="o")]))
+    assert [[i.id for i in infos] for infos in deployed] == [[7]]
+    assert agent._wake.is_set()
