@@ -22,7 +22,8 @@ Each configuration prints heartbeat RPC latency p50/p99/max (measured by the
 agents), heartbeats/s, the master's CPU (of its process, apart from the
 harness's) and peak RSS, time and bytes per journal write, time per
 committed-window update, heartbeat timeouts the master declared, the admin
-API's ``operators`` page time, and a last line of ``name=value`` figures.
+API's ``operators`` page time (read every 5 s once the deploy is over, so that the
+deploy's time is the master's own), and a last line of ``name=value`` figures.
 ``steady_p50_ms``/``steady_p99_ms`` count only the heartbeats begun once
 every operator was ACTIVE; ``master_answer_ms_*`` is a heartbeat's time from
 its arrival to its answer inside the master (what its pacer sees), apart from
@@ -515,7 +516,7 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
         # later than asked): a master killed mid-deploy is another case, and its CLI figures would be lost
         if restart_at and master.attempt == 1 and cli is not None and time.monotonic() - t0 >= restart_at:
             master.restart()
-        if time.monotonic() > next_admin:
+        if cli is not None and time.monotonic() > next_admin:  # from the end of the deploy on
             try:
                 url = json.load(open(os.path.join(app_dir, "admin.json")))["url"]
                 a0 = time.perf_counter()
