@@ -88,11 +88,19 @@ _U32 = struct.Struct(">I")
 class _Pieces:
     """A write-only file for ``pyarrow.PythonFile`` that keeps what an IPC writer writes: the
     record batches' own buffers by reference (the writer hands them over as they are), the
-    small metadata and padding between them joined into ``bytes``."""
+    small metadata and padding between them joined into ``bytes``.
+
+    A buffer that is a small slice of a much larger allocation (a batch sliced out of a big
+    one, or decoded from a received frame and passed on) is copied instead: kept by
+    reference, it would keep the whole allocation alive, far beyond the bytes a buffer
+    server counts against its memory limit.
+    """
 
     closed = False
     #: Writes shorter than this are copied and joined with their neighbours.
     SMALL = 1024
+    #: A slice is copied when the allocation under it is larger than this many times its size.
+    SLACK = 2
 
     def __init__(self) -> None:
         self.pieces: list = []
@@ -106,7 +114,7 @@ class _Pieces:
             self._small.append(data if data.__class__ is bytes else bytes(data))
         else:
             self.take_small()
-            self.pieces.append(data)
+            self.pieces.append(data if _allocation(data) <= self.SLACK * n else bytes(data))
         return n
 
     def take_small(self) -> None:
@@ -122,6 +130,14 @@ class _Pieces:
 
     def close(self) -> None:
         pass
+
+
+def _allocation(data) -> int:
+    """Bytes of the allocation under ``data`` (a ``pyarrow.Buffer`` slice's root buffer)."""
+    root = data
+    while getattr(root, "parent", None) is not None:
+        root = root.parent
+    return len(root)
 
 
 class ArrowCodec(Codec):

@@ -82,6 +82,32 @@ def test_arrow_parts_are_the_batches_own_buffers():
     assert PickleCodec().encode_parts(["a"]) == (PickleCodec().encode(["a"]),)
 
 
+def test_arrow_parts_copy_a_small_slice_of_a_big_allocation():
+    """A batch sliced out of a big one, or decoded from a received frame and passed on, would keep
+    the whole allocation alive by reference: its pieces are copied; a batch of its own is not."""
+    def kept(parts: tuple) -> list[tuple[int, int]]:
+        """(size, size of the allocation kept alive) of each piece kept by reference."""
+        out = []
+        for p in parts:
+            if isinstance(p, pa.Buffer):
+                root = p
+                while root.parent is not None:
+                    root = root.parent
+                out.append((p.size, root.size))
+        return out
+
+    codec = ArrowCodec()
+    big = _batch(100_000)
+    small = big.slice(500, 1000)
+    parts = codec.encode_parts([small])
+    assert all(alloc <= 2 * size for size, alloc in kept(parts))
+    assert sum(map(len, parts)) < 200_000  # the slice's bytes, not the big batch's
+    assert codec.decode(b"".join(parts))[0].equals(small)
+    passed_on = codec.decode(memoryview(bytearray(codec.encode([big]))))[0].slice(0, 1000)
+    assert all(alloc <= 2 * size for size, alloc in kept(codec.encode_parts([passed_on])))
+    assert kept(codec.encode_parts([big]))  # a batch of its own: by reference
+
+
 def test_arrow_round_trip_mixed_schemas_keeps_order():
     other = pa.record_batch({"word": ["a", "b"]})
     batches = [_batch(3), other, other, _batch(2, 3)]
