@@ -260,8 +260,8 @@ ATTRIBUTES: dict[str, Attribute] = _table(
          "operator spreads its data over more windows.", _DAG_OP, minimum=2),
     _int("DISK_FULL_TIMEOUT_SECS", 300,
          "Seconds a write that fails for want of space (ENOSPC, EDQUOT, an HDFS quota: the journal, "
-         "status, containers' credentials, checkpoints, the built-in outputs) is retried while the application pauses and says "
-         "why; then the application fails with that diagnostic.", _DAG, minimum=1),
+         "status, containers' credentials, checkpoints, the built-in outputs) is retried while the "
+         "application pauses and says why; then the application fails with that diagnostic.", _DAG, minimum=1),
     _int("END_TIMEOUT_SECS", 600,
          "Seconds the master waits, once the application ended, for containers still ending their "
          "operators (an output making its last committed windows final; they say so in heartbeats). "
