@@ -160,7 +160,7 @@ class PublisherSink(Sink):
         if tuples:
             self._per_tuple = size / len(tuples) or 1.0
         self.bytes += size
-        self.publisher.payload(tag, pieces[0] if len(pieces) == 1 else pieces)
+        self.publisher.payload(tag, pieces[0] if len(pieces) == 1 else pieces)  # bytes, as ever, when one
 
     def control(self, kind: int, window_id: int) -> None:
         p = self.publisher

@@ -224,7 +224,6 @@ class ArrowRows(InputOperator):
     total: int = 100_000
     rows: int = 1000
     width: int = 60
-    transient = ()
 
     def __init__(self) -> None:
         self.sent = 0

@@ -140,28 +140,6 @@ def test_a_master_on_hdfs_writes_every_launched_containers_credential(minicluste
     assert result["wrong"] == []
 
 
-class _Recording:
-    """A launcher that records launches and starts nothing."""
-
-    def __init__(self) -> None:
-        self.launched: list[str] = []
-
-    def launch(self, request):  # noqa: ANN001
-        self.launched.append(request.container_id)
-
-    def kill(self, container_id: str) -> None:
-        pass
-
-    def poll(self) -> list:
-        return []
-
-    def stop_all(self, grace: float = 5.0) -> None:
-        pass
-
-    def running(self) -> list[str]:
-        return list(self.launched)
-
-
 def _full_disk_for(monkeypatch, failures: int) -> list[str]:
     """Credential writes fail with ENOSPC ``failures`` times, then work; the failed files' names."""
     import errno
@@ -182,12 +160,13 @@ def _full_disk_for(monkeypatch, failures: int) -> list[str]:
 def _master(tmp_path, timeout_secs: int):  # noqa: ANN001
     from appmaster.master import AppMaster
     from appmaster.spec import AppSpec
+    from test_scale import FakeLauncher  # records launches, starts no processes
 
     spec = AppSpec.from_yaml(
         f"name: two\nattributes: {{DISK_FULL_TIMEOUT_SECS: {timeout_secs}}}\noperators:\n"
         + "".join(f"  o{i}: {{class: 'container.operators.io:LineReader', properties: {{path: /dev/null}}}}\n"
                   for i in range(2)))
-    return AppMaster(spec, "application_0_0043", f"file://{tmp_path}/app", TOKEN, _Recording(), host="127.0.0.1")
+    return AppMaster(spec, "application_0_0043", f"file://{tmp_path}/app", TOKEN, FakeLauncher(), host="127.0.0.1")
 
 
 def test_a_launch_waits_for_space_to_write_the_credential(tmp_path, monkeypatch):

@@ -356,7 +356,6 @@ class Subscriber:
         buf, view = reader.buf, reader.view
         frames = [(buf, view, s, e) for s, e in reader.parse()]
         if big is not None:
-            big = memoryview(big).cast("B")
             frames.insert(0, (big, big, 0, len(big)))
         for buf, view, s, e in frames:
             t = buf[s + 4]

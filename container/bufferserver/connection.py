@@ -32,7 +32,7 @@ class _FrameReader:
     """
 
     __slots__ = ("sock", "max_frame", "buf", "view", "start", "end", "size", "bytes_received",
-                 "alloc", "_big", "_big_view", "_big_have")
+                 "alloc", "_big", "_big_have")
 
     def __init__(self, sock: socket.socket, max_frame: int, size: int = _RECV_SIZE,
                  alloc: Callable[[int], Any] | None = None) -> None:
@@ -42,20 +42,20 @@ class _FrameReader:
         self.start = self.end = 0
         self.bytes_received = 0
         self.alloc = alloc
-        self._big: Any = None  # the big frame being received, length prefix included
-        self._big_view: memoryview | None = None
+        #: The big frame being received (a byte view of its own buffer, length prefix included).
+        self._big: memoryview | None = None
         self._big_have = 0
 
     def pending(self) -> int:
         """Bytes of an incomplete frame held."""
         return self.end - self.start + (self._big_have if self._big is not None else 0)
 
-    def take_big(self) -> Any:
-        """The big frame received whole (length prefix included), once; else None."""
+    def take_big(self) -> memoryview | None:
+        """The big frame received whole (a byte view, length prefix included), once; else None."""
         big = self._big
         if big is None or self._big_have < len(big):
             return None
-        self._big = self._big_view = None
+        self._big = None
         return big
 
     def fill(self) -> int:
@@ -66,9 +66,8 @@ class _FrameReader:
         need = 4 if avail < 4 else 4 + _LEN.unpack_from(self.buf, self.start)[0]
         if self.alloc is not None and need >= BIG_FRAME and need - 4 <= self.max_frame:
             # its own buffer: what came of it moves there once, the rest is received in place
-            big = self._big = self.alloc(need)
-            view = self._big_view = memoryview(big).cast("B")
-            view[:avail] = self.view[self.start:self.end]
+            big = self._big = memoryview(self.alloc(need)).cast("B")
+            big[:avail] = self.view[self.start:self.end]
             self._big_have = avail
             self.start = self.end = 0
             return self._fill_big()
@@ -90,7 +89,7 @@ class _FrameReader:
         return n
 
     def _fill_big(self) -> int:
-        n = self.sock.recv_into(self._big_view[self._big_have:])
+        n = self.sock.recv_into(self._big[self._big_have:])
         self._big_have += n
         self.bytes_received += n
         return n

@@ -99,8 +99,6 @@ def _kept(data) -> tuple:
     """A payload's pieces as the store keeps them, by reference: ``bytes`` and ``pyarrow.Buffer``
     (memory nobody changes); anything else (a bytearray, a memoryview) is copied into bytes."""
     pieces = data if data.__class__ is tuple else (data,)
-    if all(p.__class__ is bytes or _is_arrow_buffer(p) for p in pieces):
-        return pieces
     return tuple(p if p.__class__ is bytes or _is_arrow_buffer(p) else bytes(p) for p in pieces)
 
 
@@ -428,8 +426,7 @@ class _Stream:
             frames = u.frames
             total, j = 0, k
             while j < len(frames) and total < _SEND_BUDGET:
-                f = frames[j]
-                total += sum(map(len, f)) if f.__class__ is tuple else len(f)
+                total += _frame_len(frames[j])
                 j += 1
             sub.index = u.spilled + j
             sub.delivered_to = (u.seq, sub.index)
