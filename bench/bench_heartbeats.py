@@ -20,7 +20,8 @@ launcher reports its exit; the master redeploys its operators in a new one).
 
 Each configuration prints heartbeat RPC latency p50/p99/max (measured by the
 agents), heartbeats/s, the master's CPU (of its process, apart from the
-harness's) and peak RSS, time and bytes per journal write, time per
+harness's) and peak RSS, the CPU per heartbeat of the master and of the
+simulated agents (``master_ms_per_hb``, ``harness_ms_per_hb``), time and bytes per journal write, time per
 committed-window update, heartbeat timeouts the master declared, the admin
 API's ``operators`` page time (read every 5 s once the deploy is over, so that the
 deploy's time is the master's own), and a last line of ``name=value`` figures.
@@ -79,6 +80,7 @@ import math
 import os
 import pathlib
 import random
+import resource
 import secrets
 import shutil
 import signal
@@ -468,7 +470,9 @@ async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_eve
     await asyncio.gather(*tasks, return_exceptions=True)
     await umbilical.close()
     with open(os.path.join(sim, f"agents-{index}.json"), "w") as f:
+        usage = resource.getrusage(resource.RUSAGE_SELF)  # this process's CPU: the harness's share
         json.dump({"latencies": latencies, "errors": errors, "details": details, "containers": len(containers),
+                   "cpu_s": usage.ru_utime + usage.ru_stime,
                    "after_restart": heartbeat_master.split_latencies(latencies, starts, sim),
                    "starts": starts}, f)
 
@@ -538,6 +542,7 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
     details: list[str] = []
     deployed_at = first.get("deployed_at")  # wall clock; heartbeats begun later are the steady state's
     steady: list[float] = []
+    harness_cpu = 0.0
     for i in range(procs):
         with open(os.path.join(sim, f"agents-{i}.json")) as f:
             doc = json.load(f)
@@ -546,6 +551,7 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
         if deployed_at is not None:
             steady += [lat for lat, began in zip(doc["latencies"], doc["starts"]) if began >= deployed_at]
         details += doc["details"][:3]
+        harness_cpu += doc.get("cpu_s", 0.0)
         for k, v in doc["errors"].items():
             errors[k] = errors.get(k, 0) + v
     log_text = open(os.path.join(app_dir, "master.log"), errors="replace").read()
@@ -564,6 +570,10 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
         "steady_p99_ms": round(pick(0.99, steady), 2), "interval_ms": mfig.get("interval_ms", interval_ms),
         "errors": sum(errors.values()), "error_codes": errors, "first_errors": details, "timeouts": timeouts,
         "master_cpu_pct": round(100 * cpu / wall, 1),
+        # CPU per heartbeat answered: the master's, and the simulated agents' (the harness, apart)
+        "master_ms_per_hb": round(1000 * cpu / max(len(latencies), 1), 3),
+        "harness_cpu_pct": round(100 * harness_cpu / wall, 1),
+        "harness_ms_per_hb": round(1000 * harness_cpu / max(len(latencies), 1), 3),
         "master_rss_mb": round(master.peak_rss / (1 << 20), 1),
         "plan_s": round(first.get("plan_seconds", mfig.get("plan_seconds", 0.0)), 2),
         "journal_writes": mfig.get("journal_writes", 0),
@@ -612,6 +622,8 @@ def report(r: dict[str, Any]) -> None:
           f"{r['heartbeats_per_s']} heartbeats/s; errors {r['errors']}, timeouts declared {r['timeouts']}")
     for line in r["first_errors"]:
         print(f"  failed call: {line}")
+    print(f"  CPU per heartbeat: the master {r['master_ms_per_hb']} ms, the simulated agents "
+          f"{r['harness_ms_per_hb']} ms ({r['harness_cpu_pct']}% of a core; the harness, apart)")
     print(f"  master: CPU {r['master_cpu_pct']}% of a core, peak RSS {r['master_rss_mb']} MB, plan {r['plan_s']} s; "
           f"journal {r['journal_writes']} writes of {r['journal_kb']} KB, {r['journal_ms_mean']} ms mean / "
           f"{r['journal_ms_p99']} ms p99; committed-window update {r['committed_ms_mean']} ms mean / "

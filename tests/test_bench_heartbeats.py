@@ -38,6 +38,9 @@ def test_harness_runs_a_small_configuration():
     assert int(figures["heartbeats"]) > 50 * 3, figures
     assert int(figures["errors"]) == 0 and int(figures["timeouts"]) == 0, figures
     assert float(figures["master_rss_mb"]) > 0 and int(figures["journal_writes"]) > 0, figures
+    # CPU per heartbeat, the master's and the harness's apart: both did work for every heartbeat
+    assert float(figures["master_ms_per_hb"]) > 0 and float(figures["harness_ms_per_hb"]) > 0, figures
+    assert float(figures["harness_cpu_pct"]) > 0, figures
     # every operator became ACTIVE, and the CLI listed them all
     assert 0 < float(figures["deploy_s"]) < float(figures["deploy_from_process_start_s"]), figures
     assert float(figures["list_operators_s"]) > 0 and figures["list_operators_rows"] == "250", figures
