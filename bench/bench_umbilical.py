@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import multiprocessing as mp
 import os
+import queue
 import resource
 import sys
 import time
@@ -117,27 +118,40 @@ def agents(index: int, port: int, streams: int, operators: int, windows: int, in
     out.put(("agents", {"answered": answered, "cpu_s": _cpu() - began}))
 
 
+def _take(out: Any, procs: list, timeout: float) -> tuple[str, Any]:
+    """The next report on ``out``; a clear error when one of ``procs`` died first or time ran out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            return out.get(timeout=0.5)
+        except queue.Empty:
+            dead = [p for p in procs if p.exitcode not in (None, 0)]
+            if dead:
+                raise RuntimeError(f"{dead[0].name} exited with code {dead[0].exitcode} (its traceback is above)")
+    raise RuntimeError(f"no report within {timeout:.0f} s")
+
+
 def measure(streams: int, operators: int, windows: int, interval_ms: int, seconds: float, procs: int) -> dict:
     spawn = mp.get_context("spawn")
     out, stop = spawn.Queue(), spawn.Event()
-    server = spawn.Process(target=serve, args=(out, stop))
+    server = spawn.Process(target=serve, args=(out, stop), name="the umbilical server")
     server.start()
-    kind, port = out.get(timeout=60)
+    _, port = _take(out, [server], 60)
     shares = [streams // procs + (1 if i < streams % procs else 0) for i in range(procs)]
     clients = [spawn.Process(target=agents, args=(i, port, n, operators, windows, interval_ms / 1000,
-                                                  seconds, out))
+                                                  seconds, out), name=f"agent process {i}")
                for i, n in enumerate(shares) if n]
     t0 = time.monotonic()
     for c in clients:
         c.start()
     got: dict[str, Any] = {"answered": 0, "agents_cpu_s": 0.0}
     for _ in clients:
-        kind, figures = out.get(timeout=seconds + 120)
+        _, figures = _take(out, [server, *clients], seconds + 120)
         got["answered"] += figures["answered"]
         got["agents_cpu_s"] += figures["cpu_s"]
     wall = time.monotonic() - t0
     stop.set()
-    kind, served = out.get(timeout=60)
+    _, served = _take(out, [server], 60)
     for p in (*clients, server):
         p.join(30)
     beats = max(served["heartbeats"], 1)
@@ -164,7 +178,11 @@ def main() -> int:
     if args.streams < 1 or args.procs < 1 or args.operators < 1 or args.windows < 0 or args.seconds <= 0:
         parser.error("--streams, --procs and --operators must be at least 1, --windows at least 0, "
                      "--seconds more than 0")
-    r = measure(args.streams, args.operators, args.windows, args.interval_ms, args.seconds, args.procs)
+    try:
+        r = measure(args.streams, args.operators, args.windows, args.interval_ms, args.seconds, args.procs)
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     print(f"{r['streams']} streams x {r['operators']} operators x {r['windows']} windows, {r['seconds']} s: "
           f"{r['heartbeats_per_s']} heartbeats/s answered by the umbilical alone; "
           f"its CPU {r['server_ms_per_hb']} ms a heartbeat ({r['server_cpu_pct']}% of a core), "
