@@ -21,8 +21,9 @@ launcher reports its exit; the master redeploys its operators in a new one).
 Each configuration prints heartbeat RPC latency p50/p99/max (measured by the
 agents), heartbeats/s, the master's CPU (of its process, apart from the
 harness's) and peak RSS, the CPU per heartbeat of the master and of the
-simulated agents (``master_ms_per_hb``, ``harness_ms_per_hb``), time and bytes per journal write, time per
-committed-window update, heartbeat timeouts the master declared, the admin
+simulated agents (``master_ms_per_hb``, ``harness_ms_per_hb``), time and
+bytes per journal write, time per committed-window update, heartbeat
+timeouts the master declared, the admin
 API's ``operators`` page time (read every 5 s once the deploy is over, so that the
 deploy's time is the master's own), and a last line of ``name=value`` figures.
 ``steady_p50_ms``/``steady_p99_ms`` count only the heartbeats begun once
@@ -80,7 +81,6 @@ import math
 import os
 import pathlib
 import random
-import resource
 import secrets
 import shutil
 import signal
@@ -470,9 +470,8 @@ async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_eve
     await asyncio.gather(*tasks, return_exceptions=True)
     await umbilical.close()
     with open(os.path.join(sim, f"agents-{index}.json"), "w") as f:
-        usage = resource.getrusage(resource.RUSAGE_SELF)  # this process's CPU: the harness's share
         json.dump({"latencies": latencies, "errors": errors, "details": details, "containers": len(containers),
-                   "cpu_s": usage.ru_utime + usage.ru_stime,
+                   "cpu_s": heartbeat_master.own_cpu_seconds(),  # the harness's share, apart from the master's
                    "after_restart": heartbeat_master.split_latencies(latencies, starts, sim),
                    "starts": starts}, f)
 
@@ -551,7 +550,7 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
         if deployed_at is not None:
             steady += [lat for lat, began in zip(doc["latencies"], doc["starts"]) if began >= deployed_at]
         details += doc["details"][:3]
-        harness_cpu += doc.get("cpu_s", 0.0)
+        harness_cpu += doc["cpu_s"]
         for k, v in doc["errors"].items():
             errors[k] = errors.get(k, 0) + v
     log_text = open(os.path.join(app_dir, "master.log"), errors="replace").read()
@@ -559,6 +558,7 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
     latencies.sort()
     after.sort()
     steady.sort()
+    answered = max(len(latencies), 1)
     pick = lambda q, xs=latencies: 1000 * xs[min(len(xs) - 1, int(q * len(xs)))] if xs else 0.0  # noqa: E731
     result = {
         "containers": containers, "operators": operators * containers, "seconds": round(wall, 1),
@@ -571,9 +571,9 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
         "errors": sum(errors.values()), "error_codes": errors, "first_errors": details, "timeouts": timeouts,
         "master_cpu_pct": round(100 * cpu / wall, 1),
         # CPU per heartbeat answered: the master's, and the simulated agents' (the harness, apart)
-        "master_ms_per_hb": round(1000 * cpu / max(len(latencies), 1), 3),
+        "master_ms_per_hb": round(1000 * cpu / answered, 3),
         "harness_cpu_pct": round(100 * harness_cpu / wall, 1),
-        "harness_ms_per_hb": round(1000 * harness_cpu / max(len(latencies), 1), 3),
+        "harness_ms_per_hb": round(1000 * harness_cpu / answered, 3),
         "master_rss_mb": round(master.peak_rss / (1 << 20), 1),
         "plan_s": round(first.get("plan_seconds", mfig.get("plan_seconds", 0.0)), 2),
         "journal_writes": mfig.get("journal_writes", 0),

@@ -28,7 +28,6 @@ import asyncio
 import multiprocessing as mp
 import os
 import queue
-import resource
 import sys
 import time
 from typing import Any
@@ -36,14 +35,11 @@ from typing import Any
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from bench.heartbeat_master import own_cpu_seconds  # noqa: E402
+
 TOKEN = "bench-umbilical-" + "0" * 16
 #: The application's windows: ids as the master numbers them (seconds << 32 | index).
 WINDOW_MS = 500
-
-
-def _cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def serve(out: Any, stop: Any) -> None:
@@ -61,10 +57,10 @@ def serve(out: Any, stop: Any) -> None:
 
     servicer = UmbilicalServicer(lambda event: response, TOKEN, dispatch_many=answer_all)
     server, port = create_server(servicer, host="127.0.0.1", port=0)
-    began = _cpu()  # the imports and the server's start are not the heartbeats' cost
+    began = own_cpu_seconds()  # the imports and the server's start are not the heartbeats' cost
     out.put(("port", port))
     stop.wait()
-    out.put(("server", {**counted, "cpu_s": _cpu() - began}))
+    out.put(("server", {**counted, "cpu_s": own_cpu_seconds() - began}))
     server.stop(0)
 
 
@@ -113,9 +109,9 @@ def agents(index: int, port: int, streams: int, operators: int, windows: int, in
         await channel.close()
         return answered
 
-    began = _cpu()
+    began = own_cpu_seconds()
     answered = asyncio.run(run())
-    out.put(("agents", {"answered": answered, "cpu_s": _cpu() - began}))
+    out.put(("agents", {"answered": answered, "cpu_s": own_cpu_seconds() - began}))
 
 
 def _take(out: Any, procs: list, timeout: float) -> tuple[str, Any]:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -46,6 +47,12 @@ import psutil
 FIRST_PID = 4_000_000
 #: As appmaster.launcher.START_TIME_TOLERANCE: two readings of one start time agree to within it.
 START_TOLERANCE = 0.05
+
+
+def own_cpu_seconds() -> float:
+    """CPU seconds this process has used (user and system): a harness process's own share."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def write_json(path: str, doc: dict[str, Any]) -> None:
