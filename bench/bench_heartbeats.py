@@ -433,7 +433,9 @@ async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_eve
                 return
             interval = (response.heartbeat_interval_millis or ctx.heartbeat_interval_millis) / 1000
             if not response.deploy_request:  # a real agent heartbeats again at once after a deploy
-                await asyncio.sleep(interval)
+                # and otherwise an interval after it sent the last one (container.agent), not after
+                # the answer: a slow answer does not move its next heartbeat later
+                await asyncio.sleep(max(0.0, interval - (time.perf_counter() - t0)))
 
     async def follow_launches() -> None:
         offset = 0
@@ -541,6 +543,7 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
     details: list[str] = []
     deployed_at = first.get("deployed_at")  # wall clock; heartbeats begun later are the steady state's
     steady: list[float] = []
+    by_second: dict[int, list[float]] = {}  # the steady state's latencies by the second they began in
     harness_cpu = 0.0
     for i in range(procs):
         with open(os.path.join(sim, f"agents-{i}.json")) as f:
@@ -549,6 +552,9 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
         after += doc["after_restart"]
         if deployed_at is not None:
             steady += [lat for lat, began in zip(doc["latencies"], doc["starts"]) if began >= deployed_at]
+            for lat, began in zip(doc["latencies"], doc["starts"]):
+                if began >= deployed_at:
+                    by_second.setdefault(int(began - deployed_at), []).append(lat)
         details += doc["details"][:3]
         harness_cpu += doc["cpu_s"]
         for k, v in doc["errors"].items():
@@ -558,6 +564,7 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
     latencies.sort()
     after.sort()
     steady.sort()
+    slow_seconds = _slow_seconds(by_second)
     answered = max(len(latencies), 1)
     pick = lambda q, xs=latencies: 1000 * xs[min(len(xs) - 1, int(q * len(xs)))] if xs else 0.0  # noqa: E731
     result = {
@@ -568,6 +575,7 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
         # heartbeats begun once every operator was ACTIVE, and the interval the master asked for at the end
         "steady_heartbeats": len(steady), "steady_p50_ms": round(pick(0.50, steady), 2),
         "steady_p99_ms": round(pick(0.99, steady), 2), "interval_ms": mfig.get("interval_ms", interval_ms),
+        "steady_s": len(by_second), "steady_slow_s": len(slow_seconds), "steady_slow_at": slow_seconds,
         "errors": sum(errors.values()), "error_codes": errors, "first_errors": details, "timeouts": timeouts,
         "master_cpu_pct": round(100 * cpu / wall, 1),
         # CPU per heartbeat answered: the master's, and the simulated agents' (the harness, apart)
@@ -612,6 +620,20 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
     return result
 
 
+#: A second of the steady state is slow when more than this share of the heartbeats begun in it
+#: took longer than :data:`SLOW_MS` (a second that alone would put the run's p99 over it).
+SLOW_SHARE, SLOW_MS = 0.01, 100
+
+
+def _slow_seconds(by_second: dict[int, list[float]]) -> list[int]:
+    """The seconds of the steady state (from its start) that were slow: where the p99 comes from.
+    Slow seconds CHECKPOINT_WINDOW_COUNT windows apart are the operators' checkpoints, reported by
+    every container within one interval (heartbeats that carry one cost the master about twice
+    as much: ``bench/profile_heartbeats.py`` prints both)."""
+    return [s for s, lats in sorted(by_second.items())
+            if sum(lat > SLOW_MS / 1000 for lat in lats) > SLOW_SHARE * len(lats)]
+
+
 def _round(value: float | None, digits: int = 2) -> float | None:
     return None if value is None else round(value, digits)
 
@@ -635,6 +657,10 @@ def report(r: dict[str, Any]) -> None:
           f"{r['steady_master_answer_ms_p50']} ms, p99 {r['steady_master_answer_ms_p99']} ms); "
           f"heartbeat interval at the end "
           f"{r['interval_ms']} ms (appmaster.pacing)")
+    if r["steady_s"]:
+        at = ", ".join(f"+{s}" for s in r["steady_slow_at"][:15]) + (", ..." if len(r["steady_slow_at"]) > 15 else "")
+        print(f"  slow seconds of the steady state (over {SLOW_SHARE:.0%} of the heartbeats begun in it took over "
+              f"{SLOW_MS} ms): {r['steady_slow_s']} of {r['steady_s']}" + (f", at {at} s" if at else ""))
     if "gc_young" in r:
         print(f"  garbage collector in the master: {r['gc_young']} young collections (longest "
               f"{r['gc_young_max_ms']} ms), {r['gc_gen1']} of generation 1 ({r['gc_gen1_max_ms']} ms), "

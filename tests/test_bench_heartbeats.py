@@ -47,6 +47,8 @@ def test_harness_runs_a_small_configuration():
     # the steady state's answers, timed inside the master (apart from the agents' event loops)
     assert 0 < float(figures["steady_master_answer_ms_p50"]) <= float(figures["steady_master_answer_ms_p99"]), figures
     assert "restart_resume_s" not in figures, figures
+    # the steady state's seconds, and those of them that were slow (a share of them, the figure not asserted)
+    assert 0 <= int(figures["steady_slow_s"]) <= int(figures["steady_s"]) and int(figures["steady_s"]) > 0, figures
     # the master's garbage collections were timed: tune_gc's full one at start at least
     assert int(figures["gc_full"]) >= 1 and float(figures["gc_full_max_ms"]) > 0, figures
     young = int(figures["gc_young"]) + int(figures["gc_gen1"])
@@ -70,6 +72,17 @@ def test_harness_restarts_the_master_and_it_adopts_every_container():
     # the agents went on heartbeating, to the new attempt
     assert int(figures["heartbeats_after_restart"]) > 20 * 3, figures
     assert float(figures["p99_after_restart_ms"]) > 0, figures
+
+
+def test_a_second_is_slow_when_over_one_percent_of_its_heartbeats_took_over_100_ms():
+    from bench.bench_heartbeats import _slow_seconds
+    fast, slow = 0.004, 0.101
+    by_second = {0: [fast] * 99 + [slow],  # 1%: not over it
+                 1: [fast] * 98 + [slow] * 2,
+                 2: [0.1] * 50,  # 100 ms is not over 100 ms
+                 5: [slow],
+                 3: []}
+    assert _slow_seconds(by_second) == [1, 5]
 
 
 def test_a_new_attempt_adopts_only_the_containers_launched_as_those_processes(tmp_path):
