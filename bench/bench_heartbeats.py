@@ -27,7 +27,9 @@ timeouts the master declared, the admin
 API's ``operators`` page time (read every 5 s once the deploy is over, so that the
 deploy's time is the master's own), and a last line of ``name=value`` figures.
 ``steady_p50_ms``/``steady_p99_ms`` count only the heartbeats begun once
-every operator was ACTIVE; ``master_answer_ms_*`` is a heartbeat's time from
+every operator was ACTIVE; ``steady_slow_s`` counts the seconds of that steady state
+(``steady_s`` of them) in which over 1% of the heartbeats begun took over 100 ms, and the
+report lists when they came (``CHECKPOINT_WINDOW_COUNT`` windows apart: the checkpoints); ``master_answer_ms_*`` is a heartbeat's time from
 its arrival to its answer inside the master (what its pacer sees), apart from
 the harness and the transport (``steady_master_answer_ms_*``: of the answers
 given once every operator was ACTIVE; beside ``steady_p99_ms`` it tells the
