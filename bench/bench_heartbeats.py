@@ -27,9 +27,10 @@ timeouts the master declared, the admin
 API's ``operators`` page time (read every 5 s once the deploy is over, so that the
 deploy's time is the master's own), and a last line of ``name=value`` figures.
 ``steady_p50_ms``/``steady_p99_ms`` count only the heartbeats begun once
-every operator was ACTIVE; ``steady_slow_s`` counts the seconds of that steady state
-(``steady_s`` of them) in which over 1% of the heartbeats begun took over 100 ms, and the
-report lists when they came (``CHECKPOINT_WINDOW_COUNT`` windows apart: the checkpoints); ``master_answer_ms_*`` is a heartbeat's time from
+every operator was ACTIVE; ``steady_slow_s`` counts the seconds of that steady
+state (``steady_s`` of them) in which over 1% of the heartbeats begun took over
+100 ms, and the report lists when they came (``CHECKPOINT_WINDOW_COUNT``
+windows apart: the checkpoints); ``master_answer_ms_*`` is a heartbeat's time from
 its arrival to its answer inside the master (what its pacer sees), apart from
 the harness and the transport (``steady_master_answer_ms_*``: of the answers
 given once every operator was ACTIVE; beside ``steady_p99_ms`` it tells the
@@ -553,9 +554,9 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
         latencies += doc["latencies"]
         after += doc["after_restart"]
         if deployed_at is not None:
-            steady += [lat for lat, began in zip(doc["latencies"], doc["starts"]) if began >= deployed_at]
             for lat, began in zip(doc["latencies"], doc["starts"]):
                 if began >= deployed_at:
+                    steady.append(lat)
                     by_second.setdefault(int(began - deployed_at), []).append(lat)
         details += doc["details"][:3]
         harness_cpu += doc["cpu_s"]
@@ -660,7 +661,8 @@ def report(r: dict[str, Any]) -> None:
           f"heartbeat interval at the end "
           f"{r['interval_ms']} ms (appmaster.pacing)")
     if r["steady_s"]:
-        at = ", ".join(f"+{s}" for s in r["steady_slow_at"][:15]) + (", ..." if len(r["steady_slow_at"]) > 15 else "")
+        slow = r["steady_slow_at"]
+        at = ", ".join(f"+{s}" for s in slow[:15]) + (", ..." if len(slow) > 15 else "")
         print(f"  slow seconds of the steady state (over {SLOW_SHARE:.0%} of the heartbeats begun in it took over "
               f"{SLOW_MS} ms): {r['steady_slow_s']} of {r['steady_s']}" + (f", at {at} s" if at else ""))
     if "gc_young" in r:
