@@ -239,6 +239,10 @@ ATTRIBUTES: dict[str, Attribute] = _table(
          "Longest heartbeat interval the master asks for while it cannot keep up with its containers' "
          "heartbeats (appmaster.pacing); HEARTBEAT_INTERVAL_MILLIS keeps the interval fixed.", _DAG,
          null_means="a third of HEARTBEAT_TIMEOUT_MILLIS"),
+    _int("UMBILICAL_PROCESS_MIN_CONTAINERS", 500,
+         "Containers from which the master serves its umbilical (the containers' gRPC calls) from a "
+         "process of its own beside its state (appmaster.front): the gRPC side of the answers then "
+         "takes none of the master's interpreter.", _DAG, null_means="never"),
     _int("CHECKPOINT_WINDOW_COUNT", 60, "Windows between two checkpoints of an operator.",
          _DAG_OP),
     _int("TIMEOUT_WINDOW_COUNT", 120,

@@ -349,7 +349,11 @@ class AppMaster(AddressFiles):
         # only where callers are: 127.0.0.1 locally, the node's address on YARN (STRAM_BIND_HOST overrides)
         bind = os.environ.get("STRAM_BIND_HOST") or self.host
         self.tls_identity = self._tls_identity()
-        self.server, self.port = create_server(servicer, host=bind, port=0, tls_identity=self.tls_identity)
+        if self._front_wanted():
+            from appmaster.front import create_front
+            self.server, self.port = create_front(servicer, host=bind, port=0, tls_identity=self.tls_identity)
+        else:
+            self.server, self.port = create_server(servicer, host=bind, port=0, tls_identity=self.tls_identity)
         if self.state.attempt == 1:
             # the first attempt launches its containers now, and tells them where it is: their
             # start-up (a new interpreter, its imports) overlaps the admin API's. A later attempt
@@ -381,6 +385,11 @@ class AppMaster(AddressFiles):
             log.error("the application fails: %s", no_space)
             self.dispatch(DiskFull(_now(), no_space))
         self.write_status()
+
+    def _front_wanted(self) -> bool:
+        """Whether the umbilical is served from a process of its own (UMBILICAL_PROCESS_MIN_CONTAINERS)."""
+        least = self.spec.attribute("UMBILICAL_PROCESS_MIN_CONTAINERS")
+        return least is not None and len(self.state.plan.containers) >= int(least)
 
     def _dispatch_first(self, event: Any) -> None:
         """Dispatch the attempt's first event; until it is handled, other threads' events are refused."""

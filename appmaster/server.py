@@ -188,6 +188,14 @@ class _CallContext:
         #: per call, not per message of a heartbeat stream.
         self.caller = dict(self._metadata).get(proto.CONTAINER_METADATA_KEY)
 
+    @classmethod
+    def of(cls, caller: str | None, peer: str) -> "_CallContext":
+        """The context of a call the umbilical's front process took (:mod:`appmaster.front`)."""
+        call = cls.__new__(cls)
+        call._metadata = ((proto.CONTAINER_METADATA_KEY, caller),) if caller is not None else ()
+        call._peer, call.caller = peer, caller
+        return call
+
     def invocation_metadata(self) -> tuple:
         return self._metadata
 
@@ -353,6 +361,19 @@ class TokenGate(grpc.aio.ServerInterceptor):
                             f"{what} {whose} (metadata 'stram-token'{', stram-container' if container else ''})")
 
 
+def server_options() -> list[tuple[str, Any]]:
+    """The umbilical server's gRPC options (in the master, or in its front process)."""
+    return [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            # the flow-control window stays small (heartbeats are KBs): an unauthenticated
+            # caller cannot make the server take in megabytes before it is refused
+            ("grpc.http2.bdp_probe", 0),
+            ("grpc.max_send_message_length", 64 << 20),
+            # a burst of starting containers waits for the loop instead of being refused
+            ("grpc.server.max_pending_requests", MAX_PENDING_CALLS),
+            ("grpc.server.max_pending_requests_hard_limit", 2 * MAX_PENDING_CALLS),
+            ("grpc.so_reuseport", 0)]
+
+
 class UmbilicalServer:
     """gRPC's asyncio server on an event loop in a thread of its own, serving :class:`UmbilicalServicer`.
 
@@ -371,17 +392,7 @@ class UmbilicalServer:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     async def _make(self, servicer: UmbilicalServicer) -> grpc.aio.Server:
-        server = grpc.aio.server(
-            interceptors=[TokenGate(servicer.token)],
-            options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                     # the flow-control window stays small (heartbeats are KBs): an unauthenticated
-                     # caller cannot make the server take in megabytes before it is refused
-                     ("grpc.http2.bdp_probe", 0),
-                     ("grpc.max_send_message_length", 64 << 20),
-                     # a burst of starting containers waits for the loop instead of being refused
-                     ("grpc.server.max_pending_requests", MAX_PENDING_CALLS),
-                     ("grpc.server.max_pending_requests_hard_limit", 2 * MAX_PENDING_CALLS),
-                     ("grpc.so_reuseport", 0)])
+        server = grpc.aio.server(interceptors=[TokenGate(servicer.token)], options=server_options())
         proto.add_StreamingContainerUmbilicalServicer_to_server(AsyncUmbilical(servicer, self.pool), server)
         return server
 
@@ -414,7 +425,8 @@ def create_server(servicer: UmbilicalServicer, host: str = "0.0.0.0", port: int 
                   workers: int = 8, tls_identity: Any = None) -> tuple[UmbilicalServer, int]:
     """A started server for ``servicer`` and the port it bound (0: a free one); calls without
     a credential are refused before their requests are parsed (:class:`TokenGate`). With
-    ``tls_identity`` (:class:`container.tls.Identity`) it serves TLS only."""
+    ``tls_identity`` (:class:`container.tls.Identity`) it serves TLS only. (In a process of its
+    own: :func:`appmaster.front.create_front`.)"""
     server = UmbilicalServer(servicer, workers)
     try:
         credentials = None

@@ -108,7 +108,7 @@ APP_ID = "application_0_0001"
 
 
 def spec_yaml(containers: int, operators: int, interval_ms: int, window_ms: int, checkpoint_count: int,
-              timeout_ms: int, max_interval_ms: int | None = None) -> str:
+              timeout_ms: int, max_interval_ms: int | None = None, front_from: int | None = None) -> str:
     """``containers`` CONTAINER_LOCAL chains of ``operators`` operators: one chain partition per container."""
     chains = max(1, math.ceil(containers / CHAIN_WIDTH))
     widths = [containers // chains + (1 if c < containers % chains else 0) for c in range(chains)]
@@ -116,6 +116,7 @@ def spec_yaml(containers: int, operators: int, interval_ms: int, window_ms: int,
              f"  HEARTBEAT_INTERVAL_MILLIS: {interval_ms}", f"  STREAMING_WINDOW_SIZE_MILLIS: {window_ms}",
              f"  CHECKPOINT_WINDOW_COUNT: {checkpoint_count}", f"  HEARTBEAT_TIMEOUT_MILLIS: {timeout_ms}",
              *([f"  HEARTBEAT_MAX_INTERVAL_MILLIS: {max_interval_ms}"] if max_interval_ms else []),
+             *([f"  UMBILICAL_PROCESS_MIN_CONTAINERS: {front_from}"] if front_from is not None else []),
              "  RECOVERY_ATTEMPTS: 1000000", "operators:"]
     for c, width in enumerate(widths):
         for k in range(operators):
@@ -485,7 +486,7 @@ async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_eve
 
 def measure(containers: int, operators: int, seconds: float, procs: int, interval_ms: int, lose_every: float,
             profile: bool, keep: bool, restart_at: float = 0.0, unary: bool = False,
-            max_interval_ms: int | None = None) -> dict[str, Any]:
+            max_interval_ms: int | None = None, front_from: int | None = None) -> dict[str, Any]:
     import psutil
 
     from appmaster.adminhttp import request_json
@@ -494,7 +495,7 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
     sim = os.path.join(app_dir, SIM)
     os.makedirs(sim)
     with open(os.path.join(app_dir, "spec.yaml"), "w") as f:
-        f.write(spec_yaml(containers, operators, interval_ms, 500, 10, 30_000, max_interval_ms))
+        f.write(spec_yaml(containers, operators, interval_ms, 500, 10, 30_000, max_interval_ms, front_from))
     token = secrets.token_hex(16)
     for path in (os.path.join(sim, "token"), os.path.join(app_dir, "token")):  # the harness's; the CLI's
         with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
@@ -535,6 +536,7 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
             next_admin = time.monotonic() + 5
         time.sleep(0.25)
     cpu = master.cpu_seconds()
+    front_cpu = master.front_cpu_seconds()
     wall = time.monotonic() - t0
     open(os.path.join(sim, "done"), "w").close()
     master.stop()
@@ -581,6 +583,8 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
         "steady_s": len(by_second), "steady_slow_s": len(slow_seconds), "steady_slow_at": slow_seconds,
         "errors": sum(errors.values()), "error_codes": errors, "first_errors": details, "timeouts": timeouts,
         "master_cpu_pct": round(100 * cpu / wall, 1),
+        # of which its umbilical's front process (appmaster.front; 0: served in the master's own)
+        "front_cpu_pct": round(100 * front_cpu / wall, 1),
         # CPU per heartbeat answered: the master's, and the simulated agents' (the harness, apart)
         "master_ms_per_hb": round(1000 * cpu / answered, 3),
         "harness_cpu_pct": round(100 * harness_cpu / wall, 1),
@@ -649,7 +653,8 @@ def report(r: dict[str, Any]) -> None:
         print(f"  failed call: {line}")
     print(f"  CPU per heartbeat: the master {r['master_ms_per_hb']} ms, the simulated agents "
           f"{r['harness_ms_per_hb']} ms ({r['harness_cpu_pct']}% of a core; the harness, apart)")
-    print(f"  master: CPU {r['master_cpu_pct']}% of a core, peak RSS {r['master_rss_mb']} MB, plan {r['plan_s']} s; "
+    print(f"  master: CPU {r['master_cpu_pct']}% of a core ({r['front_cpu_pct']}% in its umbilical's front "
+          f"process), peak RSS {r['master_rss_mb']} MB, plan {r['plan_s']} s; "
           f"journal {r['journal_writes']} writes of {r['journal_kb']} KB, {r['journal_ms_mean']} ms mean / "
           f"{r['journal_ms_p99']} ms p99; committed-window update {r['committed_ms_mean']} ms mean / "
           f"{r['committed_ms_max']} ms max; admin operators page {r['admin_operators_ms']} ms; "
@@ -691,6 +696,9 @@ def main() -> int:
     parser.add_argument("--max-interval-ms", type=int, metavar="MS",
                         help="HEARTBEAT_MAX_INTERVAL_MILLIS (default: the attribute's, a third of the timeout; "
                              "the --interval-ms value keeps the interval fixed)")
+    parser.add_argument("--front-from", type=int, metavar="C",
+                        help="UMBILICAL_PROCESS_MIN_CONTAINERS: the umbilical is served by a process of its own "
+                             "from C containers on (default: the attribute's, 500)")
     parser.add_argument("--lose-every", type=float, default=0.0, metavar="S",
                         help="let a simulated container die every S seconds per agent process (default never)")
     parser.add_argument("--profile", action="store_true", help="cProfile the master (prints the file)")
@@ -714,7 +722,8 @@ def main() -> int:
         return 0
     for containers in ([args.containers] if args.containers else [100, 500, 2000]):
         report(measure(containers, args.operators, args.seconds, args.procs, args.interval_ms, args.lose_every,
-                       args.profile, args.keep, args.restart_at, args.unary, args.max_interval_ms))
+                       args.profile, args.keep, args.restart_at, args.unary, args.max_interval_ms,
+                       args.front_from))
     return 0
 
 

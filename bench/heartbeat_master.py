@@ -220,15 +220,42 @@ class MasterProcess:
         self.attempt += 1
         self.popen = subprocess.Popen(self.cmd, env=self.env, cwd=self.cwd)
         self.proc = psutil.Process(self.popen.pid)
+        self.children_cpu: dict[int, float] = {}  # pid -> CPU seconds, of this attempt's children
         self.cpu0 = self._cpu()
+        self.children_cpu0 = sum(self.children_cpu.values())
 
     def _cpu(self) -> float:
+        """CPU seconds of the attempt's process and of its children (the umbilical's front
+        process, :mod:`appmaster.front`: part of the master), the latter also in :attr:`children_cpu`."""
         times = self.proc.cpu_times()
-        return times.user + times.system
+        for child in self._children():
+            try:
+                t = child.cpu_times()
+            except psutil.Error:
+                continue  # gone: its last figure stands
+            self.children_cpu[child.pid] = t.user + t.system
+        return times.user + times.system + sum(self.children_cpu.values())
+
+    def _children(self) -> list[Any]:
+        try:
+            return self.proc.children(recursive=True)
+        except psutil.Error:
+            return []
 
     def sample(self) -> None:
-        """Note the RSS (raises psutil.Error once the process is gone)."""
-        self.peak_rss = max(self.peak_rss, self.proc.memory_info().rss)
+        """Note the RSS, the children's with it (raises psutil.Error once the process is gone)."""
+        rss = self.proc.memory_info().rss
+        for child in self._children():
+            try:
+                rss += child.memory_info().rss
+            except psutil.Error:
+                pass
+        self.peak_rss = max(self.peak_rss, rss)
+
+    def front_cpu_seconds(self) -> float:
+        """The CPU seconds of the current attempt's children (its umbilical front) so far."""
+        self._cpu()
+        return sum(self.children_cpu.values()) - self.children_cpu0
 
     def cpu_seconds(self) -> float:
         return self.cpu_before + self._cpu() - self.cpu0

@@ -56,9 +56,12 @@ def test_harness_runs_a_small_configuration():
 
 
 @pytest.mark.slow
-def test_harness_restarts_the_master_and_it_adopts_every_container():
+@pytest.mark.parametrize("front", [False, True], ids=["in-process", "front-process"])
+def test_harness_restarts_the_master_and_it_adopts_every_container(front):
+    """With ``front``, each attempt serves its umbilical from a process of its own (appmaster.front):
+    the killed attempt's ends with it, and the next one's serves the same containers."""
     figures = _run("--containers", "20", "--operators", "3", "--seconds", "12", "--interval-ms", "500",
-                   "--restart-at", "5")
+                   "--restart-at", "5", *(["--front-from", "1"] if front else []))
     assert figures["containers"] == "20" and figures["operators"] == "60"
     assert float(figures["deploy_s"]) > 0 and figures["list_operators_rows"] == "60", figures
     assert float(figures["list_operators_s"]) > 0, figures
@@ -72,6 +75,8 @@ def test_harness_restarts_the_master_and_it_adopts_every_container():
     # the agents went on heartbeating, to the new attempt
     assert int(figures["heartbeats_after_restart"]) > 20 * 3, figures
     assert float(figures["p99_after_restart_ms"]) > 0, figures
+    # the front's CPU is counted as the master's (and apart): it served every heartbeat there
+    assert (float(figures["front_cpu_pct"]) > 0) == front, figures
 
 
 def test_a_second_is_slow_when_over_one_percent_of_its_heartbeats_took_over_100_ms():

@@ -10,6 +10,7 @@ import grpc
 import pytest
 
 import proto
+from appmaster.front import FrontServer, create_front
 from appmaster.master import Dispatcher
 from appmaster.server import UmbilicalServicer, create_server
 from appmaster.spec import AppSpec
@@ -34,7 +35,7 @@ streams:
 class Master:
     """A MasterState behind the real umbilical server; ``hold`` keeps the dispatcher from answering."""
 
-    def __init__(self, tmp_path, tls_identity=None, batched: bool = False) -> None:
+    def __init__(self, tmp_path, tls_identity=None, batched: bool = False, front: bool = False) -> None:
         self.state = MasterState(AppSpec.from_yaml(SPEC), "app-test", f"file://{tmp_path}", TOKEN,
                                  1_700_000_000_000, 0)
         self.lock = threading.RLock()
@@ -62,16 +63,24 @@ class Master:
             return self.dispatcher.dispatch_many(events)
 
         self.servicer = UmbilicalServicer(dispatch, TOKEN, dispatch_many if batched else None)
-        self.server, self.port = create_server(self.servicer, host="127.0.0.1", tls_identity=tls_identity)
+        self.server, self.port = (create_front if front else create_server)(
+            self.servicer, host="127.0.0.1", tls_identity=tls_identity)
+        assert isinstance(self.server, FrontServer) == front
         (tmp_path / "heartbeatUri").write_text(f"127.0.0.1:{self.port}")
 
     def stop(self) -> None:
         self.server.stop(None)
 
 
+@pytest.fixture(params=[False, True], ids=["in-process", "front-process"])
+def front(request) -> bool:
+    """The umbilical served in the master's process, or by its front process (appmaster.front)."""
+    return request.param
+
+
 @pytest.fixture()
-def master(tmp_path):
-    m = Master(tmp_path)
+def master(tmp_path, front):
+    m = Master(tmp_path, front=front)
     yield m
     m.stop()
 
@@ -195,15 +204,15 @@ def test_an_agent_heartbeats_unary_to_a_master_without_the_stream(tmp_path):
         old.stop(None)
 
 
-def test_a_stream_follows_the_master_to_its_new_address(tmp_path):
-    first = Master(tmp_path)
+def test_a_stream_follows_the_master_to_its_new_address(tmp_path, front):
+    first = Master(tmp_path, front=front)
     u = agent(tmp_path, C1, timeout=2)
     try:
         u.call("ProcessHeartbeat", heartbeat(C1, 4242))
         first.stop()
         with pytest.raises(grpc.RpcError):
             u.call("ProcessHeartbeat", heartbeat(C1, 4242))
-        second = Master(tmp_path)  # a new attempt writes its address
+        second = Master(tmp_path, front=front)  # a new attempt writes its address
         try:
             deadline = time.monotonic() + 10
             while True:
@@ -222,10 +231,10 @@ def test_a_stream_follows_the_master_to_its_new_address(tmp_path):
         u.close()
 
 
-def test_heartbeat_stream_over_tls(tmp_path):
+def test_heartbeat_stream_over_tls(tmp_path, front):
     from container import tls
     identity = tls.load_or_make_identity(f"file://{tmp_path}", "app-test")  # where the agent finds it
-    m = Master(tmp_path, tls_identity=identity)
+    m = Master(tmp_path, tls_identity=identity, front=front)
     try:
         u = agent(tmp_path, C1)
         try:
@@ -239,11 +248,11 @@ def test_heartbeat_stream_over_tls(tmp_path):
         m.stop()
 
 
-def test_heartbeats_arriving_together_are_handled_as_one_batch_each_answered_or_refused_alone(tmp_path):
+def test_heartbeats_arriving_together_are_handled_as_one_batch_each_answered_or_refused_alone(tmp_path, front):
     """While the master is busy, the streams' heartbeats wait and are handed over together (one
     lock hold, one journal write); each still gets its own response, and a refused one ends
     only its own call."""
-    master = Master(tmp_path, batched=True)
+    master = Master(tmp_path, batched=True, front=front)
     first, second, again = agent(tmp_path, C1), agent(tmp_path, C2), agent(tmp_path, C2)
     forger = agent(tmp_path, C2, credential_of=C1)
     answers: dict[str, object] = {}
@@ -283,10 +292,10 @@ def test_heartbeats_arriving_together_are_handled_as_one_batch_each_answered_or_
         master.stop()
 
 
-def test_a_heartbeat_whose_call_ended_while_it_waited_is_never_handled(tmp_path):
+def test_a_heartbeat_whose_call_ended_while_it_waited_is_never_handled(tmp_path, front):
     """The agent gave up on it (no answer in time) and will send another: the master must not
     act on the stale one later."""
-    master = Master(tmp_path, batched=True)
+    master = Master(tmp_path, batched=True, front=front)
     first, impatient = agent(tmp_path, C1), agent(tmp_path, C2, timeout=0.5)
     try:
         master.hold.clear()

@@ -132,8 +132,15 @@ def test_a_running_word_count_refuses_strangers_and_keeps_its_secrets(tmp_path):
     assert not wrong, wrong
 
 
+#: The umbilical served in the master's process, or by its front process (appmaster.front: on
+#: from UMBILICAL_PROCESS_MIN_CONTAINERS containers, here from the first).
+UMBILICAL = pytest.mark.parametrize("umbilical", [(), ("-D", "UMBILICAL_PROCESS_MIN_CONTAINERS=1")],
+                                    ids=["in-process", "front-process"])
+
+
 @pytest.mark.slow
-def test_one_containers_credential_cannot_forge_another_or_read_its_streams(tmp_path):
+@UMBILICAL
+def test_one_containers_credential_cannot_forge_another_or_read_its_streams(tmp_path, umbilical):
     """Issue 14: a single forged heartbeat with a real container id and no operators used to make
     the master remove that container's operators. Each container now holds a credential of its
     own: with container A's, a caller can neither speak for B to the master nor read B's streams
@@ -144,7 +151,7 @@ def test_one_containers_credential_cannot_forge_another_or_read_its_streams(tmp_
     from container.bufferserver import FIRST_WINDOW, BufferServerError, Subscriber
     from container.secret import buffer_server_key
 
-    with counted_exactly(tmp_path, 5) as app_id:
+    with counted_exactly(tmp_path, 5, *umbilical) as app_id:
         wait_until(lambda: running_operators(app_id) >= 4, timeout=60, what="operators ACTIVE")
         token = stram_apps.read_token(app_id)
         app_path = stram_apps.find_app(app_id)["app_path"]
@@ -184,10 +191,15 @@ def test_one_containers_credential_cannot_forge_another_or_read_its_streams(tmp_
         assert running_operators(app_id) >= 4 or admin(app_id, "info")["state"] != "RUNNING"
     log = open(os.path.join(app_path, "logs", "master.log")).read()
     assert f"container {a!r}'s credential used for container {b!r}" in log
+    # the credential check's refusals (a front process's too) are in the master's log
+    assert f"wrong container {b!r}'s credential" in log and "wrong application token" in log
+    if umbilical:
+        assert "umbilical served by its front process" in log
 
 
 @pytest.mark.slow
-def test_with_tls_a_word_count_speaks_no_plain_text_and_counts_exactly(tmp_path):
+@UMBILICAL
+def test_with_tls_a_word_count_speaks_no_plain_text_and_counts_exactly(tmp_path, umbilical):
     """``TLS: true`` locally (on YARN it is the default): the master's umbilical and every buffer
     server speak TLS under the application's own certificate, and nothing in plain text."""
     import grpc
@@ -199,7 +211,7 @@ def test_with_tls_a_word_count_speaks_no_plain_text_and_counts_exactly(tmp_path)
     from container.bufferserver import FIRST_WINDOW, BufferServerError, Subscriber
     from container.secret import buffer_server_key, container_credential
 
-    with counted_exactly(tmp_path, 5, "-D", "TLS=true") as app_id:
+    with counted_exactly(tmp_path, 5, "-D", "TLS=true", *umbilical) as app_id:
         wait_until(lambda: running_operators(app_id) >= 4, timeout=60, what="operators ACTIVE")
         token = stram_apps.read_token(app_id)
         app_path = stram_apps.find_app(app_id)["app_path"]
