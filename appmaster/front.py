@@ -25,7 +25,10 @@ calls, when streams open or end).
 
 Frames, both ways: a 4-byte big-endian length, then a pickle. The front ends
 when the master's end of the socket closes (the master stopped or died) or
-when it is told to stop; the master ends it with its own stop.
+when it is told to stop; the master ends it with its own stop. A front that
+ends unasked (killed, or a bug) is replaced, on its port if it is free again
+(the containers' calls fail over to it), else on another that the master
+writes to ``heartbeatUri`` (agents read it again when a call fails).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 log = logging.getLogger("appmaster.front")
 
@@ -50,6 +53,8 @@ UNARY = ("GetInitContext", "Log", "ReportError", "ProcessHeartbeat")
 SERVICE = "stram.StreamingContainerUmbilical"
 #: Largest frame either side accepts (a batch of heartbeats of a few KB each).
 MAX_FRAME = 256 << 20
+#: Front processes that may end unasked within a minute, each replaced, before the master gives up.
+MAX_RESTARTS = 5
 
 
 def _frame(obj: Any) -> bytes:
@@ -274,12 +279,25 @@ class FrontServer:
     """
 
     def __init__(self, servicer: Any, host: str, port: int, tls_identity: Any = None,
-                 max_batch: int | None = None) -> None:
+                 max_batch: int | None = None, on_restart: Callable[[int], None] | None = None) -> None:
         from appmaster.server import MAX_BATCH
 
         self.servicer = servicer
+        self.on_restart = on_restart
         self._stopping = False
         self._send_lock = threading.Lock()
+        self._config = {"token": servicer.token, "host": host, "max_batch": max_batch or MAX_BATCH,
+                        "key_pem": tls_identity.key_pem if tls_identity is not None else None,
+                        "cert_pem": tls_identity.cert_pem if tls_identity is not None else None}
+        self._restarts: list[float] = []
+        #: Front processes started in place of one that ended unasked.
+        self.replaced = 0
+        self.port: int = self._spawn(port)
+        self._thread = threading.Thread(target=self._relay, name="umbilical-relay", daemon=True)
+        self._thread.start()
+
+    def _spawn(self, port: int) -> int:
+        """Start a front process serving on ``port`` (0: a free one); the port it bound."""
         parent, child = socket.socketpair()
         here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p))
@@ -289,9 +307,7 @@ class FrontServer:
         self.sock = parent
         self._file = parent.makefile("rb")
         try:
-            self._send({"token": servicer.token, "host": host, "port": port, "max_batch": max_batch or MAX_BATCH,
-                        "key_pem": tls_identity.key_pem if tls_identity is not None else None,
-                        "cert_pem": tls_identity.cert_pem if tls_identity is not None else None})
+            self._send({**self._config, "port": port})
             first = self._recv()
         except OSError:
             first = None
@@ -299,10 +315,8 @@ class FrontServer:
             self._end()
             raise OSError((first or {}).get("error") or
                           f"the umbilical's front process ended at start (exit code {self.proc.poll()})")
-        self.port: int = first["port"]
-        log.info("umbilical served by its front process (pid %d) on port %d", self.proc.pid, self.port)
-        self._thread = threading.Thread(target=self._relay, name="umbilical-relay", daemon=True)
-        self._thread.start()
+        log.info("umbilical served by its front process (pid %d) on port %d", self.proc.pid, first["port"])
+        return first["port"]
 
     def _send(self, obj: Any) -> None:
         with self._send_lock:
@@ -317,6 +331,41 @@ class FrontServer:
         return pickle.loads(data) if len(data) == size else None
 
     def _relay(self) -> None:
+        while not self._stopping:
+            self._serve_front()
+            if self._stopping or not self._restart():
+                break
+
+    def _restart(self) -> bool:
+        """A new front after the last one ended unasked: on its port if that is free again (the
+        containers' calls go on there), else on another (``on_restart`` tells the master, which
+        rewrites heartbeatUri). At most :data:`MAX_RESTARTS` a minute."""
+        code = self.proc.poll()
+        now = time.monotonic()
+        self._restarts = [t for t in self._restarts if now - t < 60] + [now]
+        if len(self._restarts) > MAX_RESTARTS:
+            log.error("the umbilical's front process ended (exit code %s) %d times within a minute: "
+                      "containers can no longer reach the master", code, len(self._restarts))
+            return False
+        log.error("the umbilical's front process ended (exit code %s); starting another", code)
+        self._end()
+        for port in (self.port, 0):
+            try:
+                bound = self._spawn(port)
+                break
+            except OSError as exc:
+                log.warning("could not start the umbilical's front process on port %d: %s", port, exc)
+        else:
+            return False
+        if bound != self.port:
+            self.port = bound
+            if self.on_restart is not None:
+                self.on_restart(bound)
+        self.replaced += 1
+        return True
+
+    def _serve_front(self) -> None:
+        """Relay the current front's calls until it ends."""
         pacer = self.servicer.pacer
         while True:
             try:
@@ -341,9 +390,6 @@ class FrontServer:
                 self._send(("results", results))
             except OSError:
                 break
-        if not self._stopping:
-            log.error("the umbilical's front process ended (exit code %s): containers can no longer reach "
-                      "the master", self.proc.poll())
 
     def handle(self, calls: list[tuple[str, str | None, str, bytes]]) -> list[tuple]:
         """The answers to the calls of one message of the front, in order (heartbeats as one batch)."""
@@ -399,13 +445,15 @@ class FrontServer:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        self._file.close()
         self.sock.close()
 
 
-def create_front(servicer: Any, host: str = "0.0.0.0", port: int = 0, tls_identity: Any = None
-                 ) -> tuple[FrontServer, int]:
-    """:func:`appmaster.server.create_server`, served by a front process: the server and its port."""
-    served = FrontServer(servicer, host, port, tls_identity)
+def create_front(servicer: Any, host: str = "0.0.0.0", port: int = 0, tls_identity: Any = None,
+                 on_restart: Callable[[int], None] | None = None) -> tuple[FrontServer, int]:
+    """:func:`appmaster.server.create_server`, served by a front process: the server and its port
+    (``on_restart``: told the new port if a front that ended had to be replaced on another)."""
+    served = FrontServer(servicer, host, port, tls_identity, on_restart=on_restart)
     return served, served.port
 
 

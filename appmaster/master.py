@@ -351,7 +351,8 @@ class AppMaster(AddressFiles):
         self.tls_identity = self._tls_identity()
         if self._front_wanted():
             from appmaster.front import create_front
-            self.server, self.port = create_front(servicer, host=bind, port=0, tls_identity=self.tls_identity)
+            self.server, self.port = create_front(servicer, host=bind, port=0, tls_identity=self.tls_identity,
+                                                  on_restart=self._umbilical_moved)
         else:
             self.server, self.port = create_server(servicer, host=bind, port=0, tls_identity=self.tls_identity)
         if self.state.attempt == 1:
@@ -385,6 +386,11 @@ class AppMaster(AddressFiles):
             log.error("the application fails: %s", no_space)
             self.dispatch(DiskFull(_now(), no_space))
         self.write_status()
+
+    def _umbilical_moved(self, port: int) -> None:
+        """The umbilical's front process was replaced on another port: containers find it there."""
+        self.port = port
+        self.write_heartbeat_uri()
 
     def _front_wanted(self) -> bool:
         """Whether the umbilical is served from a process of its own (UMBILICAL_PROCESS_MIN_CONTAINERS)."""

@@ -163,3 +163,24 @@ def test_the_front_ends_with_the_master():
     finally:
         s.channel.close()
         s.server.sock.close()
+
+
+def test_a_front_that_ends_unasked_is_replaced_and_the_calls_go_on():
+    moved: list[int] = []
+    s = Served()
+    s.server.on_restart = moved.append
+    try:
+        first_pid, port = s.server.proc.pid, s.server.port
+        s.server.proc.kill()
+        deadline = time.monotonic() + 20
+        while not s.server.replaced and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert s.server.replaced == 1 and s.server.proc.pid != first_pid and s.server.proc.poll() is None
+        # on its port again (free once the killed one was gone), else on another the master is told
+        assert (s.server.port == port and not moved) or moved == [s.server.port]
+        with grpc.insecure_channel(f"127.0.0.1:{s.server.port}") as channel:
+            ctx = proto.StreamingContainerUmbilicalStub(channel).GetInitContext(
+                proto.InitContextRequest(container_id=C1), metadata=md(C1), timeout=10)
+        assert ctx.container_id == C1
+    finally:
+        s.close()
