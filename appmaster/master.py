@@ -34,7 +34,7 @@ from appmaster.listener import load_listener
 from appmaster.pacing import HeartbeatPacer
 from appmaster.plan import ContainerState
 from appmaster.reports import in_chunks
-from appmaster.server import UmbilicalServicer, create_server
+from appmaster.server import UmbilicalServer, UmbilicalServicer, create_server
 from appmaster.state import (AdoptContainer, AdoptContainers, ContainerExited, ContainersStopped,
                              ContainerStarted, DeleteCheckpoints, Finish, KillApp, KillContainer,
                              LaunchContainer, MasterState, Note, ScaleRequest, ShutdownRequest,
@@ -438,7 +438,8 @@ class AppMaster(AddressFiles):
                     total = done + len(self.state.plan.operators)
                     live = sum(1 for c in self.state.plan.containers.values() if c.state not in _GONE)
                 self.launcher.set_progress(done / total if total else 1.0)
-                if self.servicer is not None:
+                # (a front process accepts the calls in an interpreter of its own)
+                if self.servicer is not None and isinstance(self.server, UmbilicalServer):
                     self._set_switch_interval(live, self.servicer.open_streams)
                 last_status = time.monotonic()
             if self.state.state != "RUNNING" and not self.finished.is_set():
