@@ -109,6 +109,7 @@ class _Relay:
 
     async def _drain(self) -> None:
         loop = asyncio.get_running_loop()
+        batch: list[tuple[str, str | None, str, bytes, asyncio.Future]] = []
         try:
             while self.waiting and not self.closed:
                 batch, self.waiting = self.waiting[:self.limit], self.waiting[self.limit:]
@@ -125,7 +126,11 @@ class _Relay:
                     if not item[4].done():
                         item[4].set_result(result)
         except Exception as exc:  # noqa: BLE001 - the master is gone: every waiting call is told
-            self._close(f"the master is gone ({type(exc).__name__})")
+            why = f"the master is gone ({type(exc).__name__})"
+            self._close(why)
+            for *_, answer in batch:  # and those it had been sent
+                if not answer.done():
+                    answer.set_result(("abort", "UNAVAILABLE", why))
         finally:
             self.running = False
 

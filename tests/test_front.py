@@ -184,3 +184,38 @@ def test_a_front_that_ends_unasked_is_replaced_and_the_calls_go_on():
         assert ctx.container_id == C1
     finally:
         s.close()
+
+
+def test_calls_the_master_was_handling_when_it_went_get_unavailable_at_once():
+    """A master that dies holding a batch: its calls fail at once (their agents retry), not at their deadline."""
+    s = Served()
+    entered, release = threading.Event(), threading.Event()
+    dispatch = s.servicer.dispatch
+
+    def stuck(event):
+        entered.set()
+        release.wait(30)
+        return dispatch(event)
+    s.servicer.dispatch = stuck
+    result: dict[str, object] = {}
+
+    def call():
+        try:
+            s.stub.GetInitContext(proto.InitContextRequest(container_id=C1), metadata=md(C1), timeout=20)
+        except grpc.RpcError as exc:
+            result["code"] = exc.code()
+    caller = threading.Thread(target=call)
+    try:
+        caller.start()
+        assert entered.wait(10)
+        t0 = time.monotonic()
+        s.server._stopping = True
+        s.server.sock.shutdown(2)  # the master's end goes, with the call in its hands
+        caller.join(15)
+        assert result.get("code") == grpc.StatusCode.UNAVAILABLE
+        assert time.monotonic() - t0 < 15  # not the call's 20 s deadline
+    finally:
+        release.set()
+        caller.join(5)
+        s.channel.close()
+        s.server.proc.wait(10)
