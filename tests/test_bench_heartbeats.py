@@ -80,14 +80,14 @@ def test_harness_restarts_the_master_and_it_adopts_every_container(front):
 
 
 def test_a_second_is_slow_when_over_one_percent_of_its_heartbeats_took_over_100_ms():
-    from bench.bench_heartbeats import _slow_seconds
+    from bench.heartbeat_report import slow_seconds
     fast, slow = 0.004, 0.101
     by_second = {0: [fast] * 99 + [slow],  # 1%: not over it
                  1: [fast] * 98 + [slow] * 2,
                  2: [0.1] * 50,  # 100 ms is not over 100 ms
                  5: [slow],
                  3: []}
-    assert _slow_seconds(by_second) == [1, 5]
+    assert slow_seconds(by_second) == [1, 5]
 
 
 def test_a_new_attempt_adopts_only_the_containers_launched_as_those_processes(tmp_path):
