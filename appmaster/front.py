@@ -65,13 +65,16 @@ def _frame(obj: Any) -> bytes:
 # ---------------------------------------------------------------- the front process
 
 class _Relay:
-    """The front's side: calls that wait go to the master together, one message at a time."""
+    """The front's side: calls that wait go to the master together (:class:`~appmaster.server._Batches`),
+    one message at a time."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, limit: int) -> None:
-        self.reader, self.writer, self.limit = reader, writer, limit
-        self.waiting: list[tuple[str, str | None, str, bytes, asyncio.Future]] = []
-        self.running = False
-        self.closed = False
+        from appmaster.server import _Batches
+
+        self.reader, self.writer = reader, writer
+        self.batches = _Batches(self._exchange, limit)
+        #: Why the master no longer answers (None: it does).
+        self.gone: str | None = None
         self.reply: asyncio.Future | None = None
         #: Seconds from arrival to answer of the heartbeats answered since the last message.
         self.observed: list[float] = []
@@ -79,6 +82,10 @@ class _Relay:
         self._streams_told = 0
         self._telling = False
         self.stopped: asyncio.Future = asyncio.get_running_loop().create_future()
+
+    @property
+    def closed(self) -> bool:
+        return self.gone is not None
 
     def streams_changed(self, by: int) -> None:
         """A heartbeat stream opened (``by`` 1) or ended (-1): the master hears the count soon after,
@@ -97,46 +104,26 @@ class _Relay:
     async def submit(self, method: str, caller: str | None, peer: str, data: bytes) -> tuple:
         """The master's answer to one call: ``("ok", bytes)``, ``("abort", code, details)`` or
         ``("error", text)``."""
-        loop = asyncio.get_running_loop()
-        if self.closed:
-            return ("abort", "UNAVAILABLE", "the master is stopping")
-        answer = loop.create_future()
-        self.waiting.append((method, caller, peer, data, answer))
-        if not self.running:
-            self.running = True
-            loop.create_task(self._drain())
-        return await answer
+        return await self.batches.submit((method, caller, peer, data))
 
-    async def _drain(self) -> None:
-        loop = asyncio.get_running_loop()
-        batch: list[tuple[str, str | None, str, bytes, asyncio.Future]] = []
-        try:
-            while self.waiting and not self.closed:
-                batch, self.waiting = self.waiting[:self.limit], self.waiting[self.limit:]
-                batch = [item for item in batch if not item[4].done()]  # calls that ended meanwhile
-                if not batch:
-                    continue
-                observed, self.observed = self.observed, []
-                self.reply = loop.create_future()
-                self._streams_told = self.open_streams
-                self.writer.write(_frame(("calls", [item[:4] for item in batch], observed, self.open_streams)))
+    async def _exchange(self, calls: list[tuple[str, str | None, str, bytes]]) -> list[tuple]:
+        """One message of ``calls`` to the master, and its answers; UNAVAILABLE for each once it is gone."""
+        if not self.closed:
+            observed, self.observed = self.observed, []
+            self.reply = asyncio.get_running_loop().create_future()
+            self._streams_told = self.open_streams
+            try:
+                self.writer.write(_frame(("calls", calls, observed, self.open_streams)))
                 await self.writer.drain()
-                results = await self.reply
-                for item, result in zip(batch, results):
-                    if not item[4].done():
-                        item[4].set_result(result)
-        except Exception as exc:  # noqa: BLE001 - the master is gone: every waiting call is told
-            why = f"the master is gone ({type(exc).__name__})"
-            self._close(why)
-            for *_, answer in batch:  # and those it had been sent
-                if not answer.done():
-                    answer.set_result(("abort", "UNAVAILABLE", why))
-        finally:
-            self.running = False
+                return await self.reply
+            except Exception as exc:  # noqa: BLE001 - the master is gone: every call of the batch is told
+                self.gone = self.gone or f"the master is gone ({type(exc).__name__})"
+        return [("abort", "UNAVAILABLE", self.gone)] * len(calls)
 
     async def read(self) -> None:
         """Take the master's messages until it stops the front or goes."""
         grace = 0.0
+        why = "the master is gone"
         try:
             while True:
                 msg = await _read_frame(self.reader)
@@ -145,22 +132,14 @@ class _Relay:
                 if msg[0] == "results" and self.reply is not None and not self.reply.done():
                     self.reply.set_result(msg[1])
                 elif msg[0] == "stop":
-                    grace = msg[1]
+                    grace, why = msg[1], "the master is stopping"
                     break
         finally:
-            self._close("the master is stopping")
+            self.gone = why  # calls waiting and to come are answered UNAVAILABLE at once
+            if self.reply is not None and not self.reply.done():
+                self.reply.set_exception(ConnectionError(why))
             if not self.stopped.done():
                 self.stopped.set_result(grace)
-
-    def _close(self, why: str) -> None:
-        self.closed = True
-        failed = ("abort", "UNAVAILABLE", why)
-        if self.reply is not None and not self.reply.done():
-            self.reply.set_exception(ConnectionError(why))
-        for *_, answer in self.waiting:
-            if not answer.done():
-                answer.set_result(failed)
-        self.waiting = []
 
 
 class _ToMaster(logging.Handler):

@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 from concurrent import futures
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import grpc
 
@@ -212,7 +212,10 @@ class AsyncUmbilical(proto.StreamingContainerUmbilicalServicer):
     def __init__(self, servicer: UmbilicalServicer, pool: futures.Executor) -> None:
         self.servicer = servicer
         self.pool = pool
-        self.batches = _Batches(servicer.heartbeats, pool)
+        self.batches = _Batches(self._heartbeats)
+
+    async def _heartbeats(self, calls: list[tuple[Any, _CallContext]]) -> list[Any]:
+        return await asyncio.get_running_loop().run_in_executor(self.pool, self.servicer.heartbeats, calls)
 
     async def _run(self, method: Callable[[Any, Any], Any], request: Any, context: Any,
                    call: _CallContext | None = None) -> Any:
@@ -249,7 +252,7 @@ class AsyncUmbilical(proto.StreamingContainerUmbilicalServicer):
         try:
             async for request in requests:
                 began = time.monotonic()
-                answer = await self.batches.submit(request, call)
+                answer = await self.batches.submit((request, call))
                 if pacer is not None:
                     pacer.observe(time.monotonic() - began)
                 if isinstance(answer, _Abort):
@@ -266,47 +269,46 @@ MAX_BATCH = 64
 
 
 class _Batches:
-    """The heartbeats of every stream, handed to ``handle`` in batches in ``pool``, one batch at a time.
+    """Calls of every stream, handed to ``handle`` in batches, one batch at a time.
 
-    While a batch is handled, the heartbeats that arrive wait and form the next one:
-    alone, a heartbeat is a batch of one; under load, the master takes its lock and
-    writes its journal once for up to :data:`MAX_BATCH` of them. Runs on the event loop.
+    While a batch is handled, the calls that arrive wait and form the next one: alone, a
+    heartbeat is a batch of one; under load, the master takes its lock and writes its journal
+    once for up to :data:`MAX_BATCH` of them. Runs on the event loop; ``handle`` is a coroutine
+    function of a batch's items that returns their answers in order (in the master's process:
+    :meth:`UmbilicalServicer.heartbeats` in the worker pool; in its front process
+    (:mod:`appmaster.front`): a message to the master).
     """
 
-    def __init__(self, handle: Callable[[list[tuple[Any, _CallContext]]], list[Any]],
-                 pool: futures.Executor, limit: int = MAX_BATCH) -> None:
+    def __init__(self, handle: Callable[[list[Any]], Awaitable[list[Any]]], limit: int = MAX_BATCH) -> None:
         self.handle = handle
-        self.pool = pool
         self.limit = limit
-        self.waiting: list[tuple[Any, _CallContext, asyncio.Future]] = []
+        self.waiting: list[tuple[Any, asyncio.Future]] = []
         self.running = False
 
-    async def submit(self, request: Any, call: _CallContext) -> Any:
-        """The answer to ``request``: a response, an :class:`_Abort` or an exception."""
+    async def submit(self, item: Any) -> Any:
+        """The answer to ``item``: what ``handle`` gave for it, or the exception it raised."""
         loop = asyncio.get_running_loop()
         answer = loop.create_future()
-        self.waiting.append((request, call, answer))
+        self.waiting.append((item, answer))
         if not self.running:
             self.running = True
             loop.create_task(self._drain())
         return await answer
 
     async def _drain(self) -> None:
-        loop = asyncio.get_running_loop()
         try:
             while self.waiting:
                 batch, self.waiting = self.waiting[:self.limit], self.waiting[self.limit:]
                 # a heartbeat whose call ended while it waited (its agent gave up and will send
                 # another) is not handled at all
-                batch = [item for item in batch if not item[2].done()]
+                batch = [(item, answer) for item, answer in batch if not answer.done()]
                 if not batch:
                     continue
                 try:
-                    answers = await loop.run_in_executor(self.pool, self.handle,
-                                                         [(request, call) for request, call, _ in batch])
-                except Exception as exc:  # noqa: BLE001 - every heartbeat of the batch gets it
+                    answers = await self.handle([item for item, _ in batch])
+                except Exception as exc:  # noqa: BLE001 - every call of the batch gets it
                     answers = [exc] * len(batch)
-                for (_, _, answer), value in zip(batch, answers):
+                for (_, answer), value in zip(batch, answers):
                     if not answer.done():  # its call may have ended meanwhile
                         answer.set_result(value)
         finally:
