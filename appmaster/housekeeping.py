@@ -22,6 +22,7 @@ import collections
 import gc
 import logging
 import threading
+import time
 from typing import Callable, Iterable
 
 from container import fs
@@ -34,20 +35,40 @@ __all__ = ["Purger", "tune_gc", "GC_THRESHOLDS"]
 
 
 class Purger:
-    """Deletes files in a thread of its own, in the order they were submitted.
+    """Deletes files in a thread of its own, in the order they were submitted, each ``delay``
+    seconds after its submission at the earliest.
+
+    Every operator checkpoints the same windows, so every container reports its checkpoints
+    within one heartbeat interval, and the committed window makes the previous ones obsolete
+    in the same wave. Deleted at once, those files (one per operator) were deleted while the
+    master answered the wave's heartbeats, which cost it twice as much as the others: the
+    purger's thread took the master's interpreter from them. The master's ``delay`` is half a
+    checkpoint period, so the deletions fall between two waves (:func:`appmaster.master.purge_delay`).
 
     Parameters
     ----------
     delete:
         Deletes one URI (missing files are not an error); :func:`container.fs.delete` by default.
+    delay:
+        Seconds a file waits in the queue before it is deleted (0: at once).
+    clock:
+        The monotonic clock the delay is measured with (tests pass their own).
     """
 
-    def __init__(self, delete: Callable[[str], None] = fs.delete) -> None:
+    #: Files deleted per hold of the queue's lock.
+    BATCH = 256
+
+    def __init__(self, delete: Callable[[str], None] = fs.delete, delay: float = 0.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._delete = delete
-        self._queue: collections.deque[str] = collections.deque()
+        self.delay = max(0.0, delay)
+        self._clock = clock
+        #: (when it may be deleted, URI), in the order submitted (so in the order of those times)
+        self._queue: collections.deque[tuple[float, str]] = collections.deque()
         self._wake = threading.Condition()
         self._closed = False
-        self._busy = False
+        self._busy = 0
+        self._hurry = 0  # drains waiting: the delay no longer holds
         #: Files deleted, and deletions that failed.
         self.deleted = 0
         self.failed = 0
@@ -56,10 +77,11 @@ class Purger:
 
     def submit(self, uris: Iterable[str]) -> None:
         """Queue ``uris`` for deletion (returns at once)."""
+        due = self._clock() + self.delay
         with self._wake:
             if self._closed:
                 return
-            self._queue.extend(uris)
+            self._queue.extend((due, uri) for uri in uris)
             self._wake.notify()
 
     def pending(self) -> int:
@@ -68,9 +90,14 @@ class Purger:
             return len(self._queue) + self._busy
 
     def drain(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` s until every queued file is deleted; whether it was."""
+        """Delete every queued file now, not after its delay; whether that was done within ``timeout`` s."""
         with self._wake:
-            return self._wake.wait_for(lambda: not self._queue and not self._busy, timeout)
+            self._hurry += 1
+            self._wake.notify_all()
+            try:
+                return self._wake.wait_for(lambda: not self._queue and not self._busy, timeout)
+            finally:
+                self._hurry -= 1
 
     def close(self, timeout: float = 2.0) -> None:
         """Delete what is queued for up to ``timeout`` s, then stop (what is left stays on disk)."""
@@ -84,22 +111,40 @@ class Purger:
             log.info("%d obsolete checkpoint files left undeleted at the end", left)
         self._thread.join(timeout=timeout)
 
-    def _run(self) -> None:
-        while True:
-            with self._wake:
-                self._busy = False
-                self._wake.notify_all()
-                self._wake.wait_for(lambda: self._queue or self._closed)
+    def _take(self) -> list[str] | None:
+        """The next files due (at most :data:`BATCH`), waiting for them; None once closed."""
+        with self._wake:
+            self._busy = 0  # (this counts down as a batch is deleted; it is not under the lock)
+            self._wake.notify_all()
+            while True:
                 if self._closed:
-                    return
-                uri = self._queue.popleft()
-                self._busy = True
-            try:
-                self._delete(uri)
-                self.deleted += 1
-            except Exception as exc:  # noqa: BLE001 - an obsolete file left behind harms nothing
-                self.failed += 1
-                log.warning("could not delete obsolete checkpoint %s: %s", uri, exc)
+                    return None
+                queue = self._queue
+                if queue:
+                    wait = queue[0][0] - self._clock()
+                    if wait <= 0 or self._hurry:
+                        now = self._clock()
+                        batch = []
+                        while queue and len(batch) < self.BATCH and (self._hurry or queue[0][0] <= now):
+                            batch.append(queue.popleft()[1])
+                        self._busy = len(batch)
+                        return batch
+                    self._wake.wait(wait)
+                else:
+                    self._wake.wait()
+
+    def _run(self) -> None:
+        while (batch := self._take()) is not None:
+            for uri in batch:
+                if self._closed:
+                    break  # closed meanwhile: the rest stays on disk
+                try:
+                    self._delete(uri)
+                    self.deleted += 1
+                except Exception as exc:  # noqa: BLE001 - an obsolete file left behind harms nothing
+                    self.failed += 1
+                    log.warning("could not delete obsolete checkpoint %s: %s", uri, exc)
+                self._busy -= 1
 
 
 #: Allocations between young collections in a master process (Python's default: 700).

@@ -54,6 +54,18 @@ def _now() -> int:
     return int(time.time() * 1000)
 
 
+#: The longest a purger waits before it deletes an obsolete checkpoint, seconds.
+MAX_PURGE_DELAY = 30.0
+
+
+def purge_delay(spec: Any) -> float:
+    """Half the application's checkpoint period, seconds (at most :data:`MAX_PURGE_DELAY`): an
+    obsolete checkpoint is deleted midway between the wave of checkpoints that made it obsolete and
+    the next (:class:`appmaster.housekeeping.Purger`)."""
+    period = float(spec.attribute("STREAMING_WINDOW_SIZE_MILLIS")) * int(spec.attribute("CHECKPOINT_WINDOW_COUNT"))
+    return min(MAX_PURGE_DELAY, max(0.0, period / 2000))
+
+
 class AppMaster(AddressFiles):
     """One running application master."""
 
@@ -90,8 +102,9 @@ class AppMaster(AddressFiles):
         self._pause_wait = threading.Condition(self.lock)  # waits with the master's lock released
         self._last_pause_status = 0.0
         self._pending_exits: list[tuple[str, int | None]] = []
-        #: Deletes obsolete checkpoints in a thread of its own (not in the heartbeat's answer).
-        self.purger = Purger()
+        #: Deletes obsolete checkpoints in a thread of its own (not in the heartbeat's answer),
+        #: between two checkpoint waves.
+        self.purger = Purger(delay=purge_delay(spec))
         #: Each container's credential file, written before its launch (several at once on HDFS).
         self.credentials = CredentialFiles(app_path, token)
         self.dispatcher = Dispatcher(self.state, self.lock, {

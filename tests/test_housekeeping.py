@@ -230,3 +230,37 @@ def test_a_restored_state_neither_plans_the_spec_again_nor_keeps_stale_change_ma
     assert restored.committed == run.state.committed
     live = set(map(id, restored.plan.operators.values())) | set(map(id, restored.plan.containers.values()))
     assert set(changes.JOURNAL.marks) <= live  # only the restored plan's objects, never others
+
+
+def test_the_purger_deletes_each_file_its_delay_after_submission_at_the_earliest(tmp_path):
+    deleted: dict[str, float] = {}
+    purger = Purger(lambda uri: deleted.setdefault(uri, time.monotonic()), delay=0.3)
+    try:
+        submitted = {}
+        for i in range(3):
+            submitted[f"u{i}"] = time.monotonic()
+            purger.submit([f"u{i}"])
+            time.sleep(0.1)
+        deadline = time.monotonic() + 10
+        while len(deleted) < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert list(deleted) == ["u0", "u1", "u2"]  # in order
+        assert all(deleted[u] - submitted[u] >= 0.3 for u in submitted), (deleted, submitted)
+    finally:
+        purger.close()
+
+
+def test_drain_deletes_at_once_whatever_the_delay(tmp_path):
+    files = [tmp_path / f"c{i}" for i in range(300)]  # more than one batch
+    for f in files:
+        f.write_bytes(b"x")
+    purger = Purger(delay=60)
+    try:
+        purger.submit(f"file://{f}" for f in files)
+        time.sleep(0.3)
+        assert all(f.exists() for f in files) and purger.pending() == 300  # waiting for their delay
+        t0 = time.monotonic()
+        assert purger.drain(10)
+        assert time.monotonic() - t0 < 5 and not any(f.exists() for f in files) and purger.deleted == 300
+    finally:
+        purger.close()
