@@ -14,7 +14,10 @@ GetInitContext, then a heartbeat every interval the master asks for (over one
 ``HeartbeatStream`` call, as agents do; ``--unary``: ProcessHeartbeat calls), with
 per-window stats of its operators (input and output port counts, windows
 advancing in real time, a saved checkpoint every CHECKPOINT_WINDOW_COUNT
-windows), deploys and undeploys as the responses say. With ``--lose-every
+windows, ``--checkpoint-windows``), deploys and undeploys as the responses say.
+The heartbeats are the messages a real agent sends, written straight to
+protobuf's wire format (:mod:`bench.heartbeat_wire`: a third of the
+protobuf library's time, on the cores the master is measured on). With ``--lose-every
 S`` an agent process lets one of its containers die every S seconds (the
 launcher reports its exit; the master redeploys its operators in a new one).
 
@@ -25,7 +28,7 @@ simulated agents (``master_ms_per_hb``, ``harness_ms_per_hb``), time and
 bytes per journal write, time per committed-window update, heartbeat
 timeouts the master declared, the admin
 API's ``operators`` page time (read every 5 s once the deploy is over, so that the
-deploy's time is the master's own), and a last line of ``name=value`` figures.
+deploy's time is the master's own; ``--admin-every``), and a last line of ``name=value`` figures.
 ``steady_p50_ms``/``steady_p99_ms`` count only the heartbeats begun once
 every operator was ACTIVE; ``steady_slow_s`` counts the seconds of that steady
 state (``steady_s`` of them) in which over 1% of the heartbeats begun took over
@@ -98,7 +101,7 @@ from typing import Any
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import heartbeat_master, heartbeat_report  # noqa: E402
+from bench import heartbeat_master, heartbeat_report, heartbeat_wire  # noqa: E402
 
 #: Partitions per chain of the generated DAG (the spec allows at most 256 per operator).
 CHAIN_WIDTH = 250
@@ -320,16 +323,27 @@ class SimContainer:
         self.ops: dict[int, int] = {}  # operator id -> last window reported
         self.ended = False
 
-    def heartbeat(self, proto: Any, ctx: Any, now: int) -> Any:
+    def advance(self, ctx: Any, now: int) -> list[tuple[int, list[int], int]]:
+        """Per operator: its id, the windows it reports now (the last 8 it finished since its last
+        heartbeat, oldest first) and its current window; the operators move on to now."""
         window_ms = ctx.streaming_window_size_millis
         base = (ctx.start_window_millis // 1000) << 32
         current = base | max(0, (now - ctx.start_window_millis) // window_ms)
-        stats = proto.ContainerStats(container_id=self.id)
+        reports = []
         for op_id, last in self.ops.items():
+            windows = list(range(max(last + 1, current - 7), current + 1)) if current > last else []
+            if current > last:
+                self.ops[op_id] = current
+            reports.append((op_id, windows, self.ops[op_id]))
+        return reports
+
+    def heartbeat(self, proto: Any, ctx: Any, now: int) -> Any:
+        """The heartbeat as a message (see :meth:`heartbeat_bytes`, which the agents send)."""
+        stats = proto.ContainerStats(container_id=self.id)
+        for op_id, windows, current in self.advance(ctx, now):
             hb = stats.operators.add(node_id=op_id, generated_tms=now, interval_ms=1000,
                                      state=proto.OperatorHeartbeat.ACTIVE)
-            windows = range(last + 1, current + 1) if current > last else ()
-            for w in list(windows)[-8:]:
+            for w in windows:
                 ws = hb.window_stats.add(window_id=w, cpu_time_used=50_000, tuples_in=100, tuples_out=100,
                                          end_window_millis=now)  # the totals, as the agent sends them
                 ws.input_ports.add(id="input", tuple_count=100, end_window_timestamp=now)
@@ -337,12 +351,15 @@ class SimContainer:
                 if (w & 0xFFFFFFFF) % ctx.checkpoint_window_count == 0:
                     hb.saved_checkpoints.append(w)
                     ws.checkpoint.window_id = w
-            if current > last:
-                self.ops[op_id] = current
-            hb.current_window_id = self.ops[op_id]
+            hb.current_window_id = current
         return proto.ContainerHeartbeat(container_id=self.id, buffer_server_host="127.0.0.1",
                                         buffer_server_port=9, jvm_name=f"{self.pid}@sim", memory_mb_free=8000,
                                         memory_mb_used=60, container_stats=stats, sent_millis=now)
+
+    def heartbeat_bytes(self, ctx: Any, now: int) -> bytes:
+        """:meth:`heartbeat`, serialized, at a quarter of its cost (:mod:`bench.heartbeat_wire`)."""
+        return heartbeat_wire.encode_heartbeat(self.id, self.pid, self.advance(ctx, now), now,
+                                               ctx.checkpoint_window_count)
 
 
 async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_every: float, seed: int,
@@ -395,16 +412,20 @@ async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_eve
         await asyncio.sleep(rng.random() * interval)  # agents start at different moments
         stream = None  # as the real agent: heartbeats over one HeartbeatStream call (unary with --unary)
         while not c.ended and time.monotonic() < end:
-            request = c.heartbeat(proto, ctx, int(time.time() * 1000))
+            request = c.heartbeat_bytes(ctx, int(time.time() * 1000))
             began, t0 = time.time(), time.perf_counter()
             try:
                 if unary:
-                    response = await umbilical.stub.ProcessHeartbeat(request, metadata=metadata, timeout=30)
+                    response = await umbilical.raw_unary(request, metadata=metadata, timeout=30)
                 else:
                     if stream is None:
-                        stream = umbilical.stub.HeartbeatStream(metadata=metadata)
+                        stream = umbilical.raw_stream(metadata=metadata)
                     await stream.write(request)
-                    response = await asyncio.wait_for(stream.read(), 30)
+                    if hasattr(asyncio, "timeout"):  # Python 3.11: no task per read, as wait_for makes
+                        async with asyncio.timeout(30):
+                            response = await stream.read()
+                    else:
+                        response = await asyncio.wait_for(stream.read(), 30)
                     if response is grpc.aio.EOF:
                         raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, None, None, "stream ended")
             except (grpc.aio.AioRpcError, asyncio.TimeoutError, asyncio.InvalidStateError) as exc:
@@ -486,7 +507,8 @@ async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_eve
 
 def measure(containers: int, operators: int, seconds: float, procs: int, interval_ms: int, lose_every: float,
             profile: bool, keep: bool, restart_at: float = 0.0, unary: bool = False,
-            max_interval_ms: int | None = None, front_from: int | None = None) -> dict[str, Any]:
+            max_interval_ms: int | None = None, front_from: int | None = None, checkpoint_windows: int = 10,
+            admin_every: float = 5.0) -> dict[str, Any]:
     import psutil
 
     from appmaster.adminhttp import request_json
@@ -495,7 +517,8 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
     sim = os.path.join(app_dir, SIM)
     os.makedirs(sim)
     with open(os.path.join(app_dir, "spec.yaml"), "w") as f:
-        f.write(spec_yaml(containers, operators, interval_ms, 500, 10, 30_000, max_interval_ms, front_from))
+        f.write(spec_yaml(containers, operators, interval_ms, 500, checkpoint_windows, 30_000, max_interval_ms,
+                          front_from))
     token = secrets.token_hex(16)
     for path in (os.path.join(sim, "token"), os.path.join(app_dir, "token")):  # the harness's; the CLI's
         with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
@@ -512,7 +535,7 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
               for i in range(procs)]
     t0 = time.monotonic()
     admin_ms: list[float] = []
-    next_admin = t0 + 5
+    next_admin = t0 + admin_every if admin_every else math.inf
     cli: tuple[float | None, int, str] | None = None
     while any(a.poll() is None for a in agents):
         try:
@@ -533,7 +556,7 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
                 admin_ms.append(1000 * (time.perf_counter() - a0))
             except Exception:  # noqa: BLE001 - not up yet
                 pass
-            next_admin = time.monotonic() + 5
+            next_admin = time.monotonic() + admin_every
         time.sleep(0.25)
     cpu = master.cpu_seconds()
     front_cpu = master.front_cpu_seconds()
@@ -646,6 +669,11 @@ def main() -> int:
                              "from C containers on (default: the attribute's, 500)")
     parser.add_argument("--lose-every", type=float, default=0.0, metavar="S",
                         help="let a simulated container die every S seconds per agent process (default never)")
+    parser.add_argument("--checkpoint-windows", type=int, default=10, metavar="N",
+                        help="CHECKPOINT_WINDOW_COUNT (default 10: a checkpoint every 5 s)")
+    parser.add_argument("--admin-every", type=float, default=5.0, metavar="S",
+                        help="read the admin API's operators page every S seconds from the end of the deploy "
+                             "(default 5; 0: never)")
     parser.add_argument("--profile", action="store_true", help="cProfile the master (prints the file)")
     parser.add_argument("--keep", action="store_true", help="keep the application directory")
     parser.add_argument("--restart-at", type=float, default=0.0, metavar="S",
@@ -668,7 +696,8 @@ def main() -> int:
     for containers in ([args.containers] if args.containers else [100, 500, 2000]):
         heartbeat_report.report(measure(
             containers, args.operators, args.seconds, args.procs, args.interval_ms, args.lose_every, args.profile,
-            args.keep, args.restart_at, args.unary, args.max_interval_ms, args.front_from))
+            args.keep, args.restart_at, args.unary, args.max_interval_ms, args.front_from, args.checkpoint_windows,
+            args.admin_every))
     return 0
 
 

@@ -315,6 +315,9 @@ class Umbilical:
         self.address = ""
         self.channels: list[Any] = []
         self.stub: Any = None
+        #: The heartbeat methods taking a serialized request (what the harness sends): stream, unary.
+        self.raw_stream: Any = None
+        self.raw_unary: Any = None
         self.read_at = 0.0
 
     def connect(self) -> bool:
@@ -333,6 +336,11 @@ class Umbilical:
             self.channels.append(grpc.aio.insecure_channel(
                 address, options=[("grpc.max_receive_message_length", 64 << 20)]))
             self.stub = proto.StreamingContainerUmbilicalStub(self.channels[-1])
+            answer = proto.ContainerHeartbeatResponse.FromString
+            self.raw_stream = self.channels[-1].stream_stream(
+                "/stram.StreamingContainerUmbilical/HeartbeatStream", response_deserializer=answer)
+            self.raw_unary = self.channels[-1].unary_unary(
+                "/stram.StreamingContainerUmbilical/ProcessHeartbeat", response_deserializer=answer)
         return bool(self.address)
 
     def failed(self, code: str) -> None:

@@ -117,3 +117,35 @@ def test_a_new_attempt_adopts_only_the_containers_launched_as_those_processes(tm
     assert second.poll() == []
     # a later launch gets a pid none of the earlier ones had
     assert second.launch(SimpleNamespace(container_id="c6"))[0] > max(pid for pid, _ in started.values())
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_agents_encoded_heartbeats_parse_to_the_message_the_protobuf_library_builds(seed):
+    import random
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import proto
+    from bench_heartbeats import SimContainer
+
+    rng = random.Random(seed)
+    start = 1_764_000_000_000 + rng.randrange(10**6)
+    ctx = SimpleNamespace(streaming_window_size_millis=rng.choice([100, 500]), start_window_millis=start,
+                          checkpoint_window_count=rng.choice([1, 3, 10]))
+    built, encoded = (SimContainer(f"container_{seed:06d}", rng.randrange(1, 1 << 22)) for _ in range(2))
+    for sim in (built, encoded):
+        sim.id = built.id
+        sim.pid = built.pid
+    base = (start // 1000) << 32
+    for op_id in range(1, rng.randrange(2, 12)):
+        built.ops[op_id] = encoded.ops[op_id] = base | rng.randrange(0, 40)
+    now = start
+    checkpoints = 0
+    for _ in range(6):
+        now += rng.randrange(0, 3000)
+        expected = built.heartbeat(proto, ctx, now)
+        got = proto.ContainerHeartbeat.FromString(encoded.heartbeat_bytes(ctx, now))
+        assert got == expected
+        assert got.SerializeToString() == expected.SerializeToString()  # the same bytes, in fact
+        checkpoints += sum(len(o.saved_checkpoints) for o in got.container_stats.operators)
+    assert built.ops == encoded.ops
+    assert checkpoints or ctx.checkpoint_window_count > 1  # (a case that has none still checks the rest)
