@@ -137,7 +137,10 @@ class CommittedWindow:
                 heapq.heappush(heap, _entry(window, op_id))
             checkpoints, kept = op.checkpoints, op.recovery_checkpoint
             if checkpoints and min(checkpoints) < kept:  # most touched operators have none older
-                op.checkpoints = [c for c in checkpoints if c >= kept]
+                # not marked for the committed window, which has just weighed them: only for the
+                # journal (marked, the next heartbeat's update would weigh this group again)
+                object.__setattr__(op, "checkpoints", [c for c in checkpoints if c >= kept])
+                changes.JOURNAL.mark(op)
                 instructions.append(DeleteCheckpoints(op_id, tuple(c for c in checkpoints if c < kept)))
         return instructions
 

@@ -23,7 +23,7 @@ import gc
 import logging
 import threading
 import time
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from container import fs
 from container.logsetup import rate_limit
@@ -31,7 +31,7 @@ from container.logsetup import rate_limit
 log = logging.getLogger("appmaster.housekeeping")
 rate_limit(log, burst=5, interval=30.0)
 
-__all__ = ["Purger", "tune_gc", "GC_THRESHOLDS"]
+__all__ = ["Purger", "purge_delay", "tune_gc", "GC_THRESHOLDS"]
 
 
 class Purger:
@@ -43,7 +43,7 @@ class Purger:
     in the same wave. Deleted at once, those files (one per operator) were deleted while the
     master answered the wave's heartbeats, which cost it twice as much as the others: the
     purger's thread took the master's interpreter from them. The master's ``delay`` is half a
-    checkpoint period, so the deletions fall between two waves (:func:`appmaster.master.purge_delay`).
+    checkpoint period, so the deletions fall between two waves (:func:`purge_delay`).
 
     Parameters
     ----------
@@ -145,6 +145,18 @@ class Purger:
                     self.failed += 1
                     log.warning("could not delete obsolete checkpoint %s: %s", uri, exc)
                 self._busy -= 1
+
+
+#: The longest a purger waits before it deletes an obsolete checkpoint, seconds.
+MAX_PURGE_DELAY = 30.0
+
+
+def purge_delay(spec: Any) -> float:
+    """Half the application's checkpoint period, seconds (at most :data:`MAX_PURGE_DELAY`): an
+    obsolete checkpoint is deleted midway between the wave of checkpoints that made it obsolete and
+    the next (:class:`Purger`)."""
+    period = float(spec.attribute("STREAMING_WINDOW_SIZE_MILLIS")) * int(spec.attribute("CHECKPOINT_WINDOW_COUNT"))
+    return min(MAX_PURGE_DELAY, max(0.0, period / 2000))
 
 
 #: Allocations between young collections in a master process (Python's default: 700).

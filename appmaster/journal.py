@@ -242,8 +242,7 @@ def _from_doc(cls: type, doc: dict[str, Any], convert: dict[str, Callable[[Any],
             raise ValueError(f"{cls.__name__} has no field {', '.join(sorted(unknown))}")
         # a field left out: the class's default, or its TypeError
         return cls(**{k: convert[k](v) if k in convert else v for k, v in doc.items()})
-    # every field: set as the constructor would, in its order (so the instance keeps the class's
-    # shared attribute table: a dict of its own made attribute reads twice as slow), without
+    # every field: set as the constructor would, in its order, without
     # reporting each assignment to the change trackers (:mod:`appmaster.changes`): the restored
     # plan's marks are forgotten at once, and at 20,000 operators half a million of them took a
     # third of the restore

@@ -27,7 +27,7 @@ from appmaster.addressfiles import AddressFiles
 from appmaster.credentials import CredentialFiles
 from appmaster.dispatcher import Dispatcher
 from appmaster.events import DiskFull, MasterPaused, Resumed
-from appmaster.housekeeping import Purger, pause_gc, switch_interval, tune_gc
+from appmaster.housekeeping import Purger, pause_gc, purge_delay, switch_interval, tune_gc
 from appmaster.journallog import JournalWriter, read_journal
 from appmaster.launcher import ContainerRequest, Launcher, container_request_env
 from appmaster.listener import load_listener
@@ -52,18 +52,6 @@ rate_limit(journal_log, burst=3, interval=30.0)
 
 def _now() -> int:
     return int(time.time() * 1000)
-
-
-#: The longest a purger waits before it deletes an obsolete checkpoint, seconds.
-MAX_PURGE_DELAY = 30.0
-
-
-def purge_delay(spec: Any) -> float:
-    """Half the application's checkpoint period, seconds (at most :data:`MAX_PURGE_DELAY`): an
-    obsolete checkpoint is deleted midway between the wave of checkpoints that made it obsolete and
-    the next (:class:`appmaster.housekeeping.Purger`)."""
-    period = float(spec.attribute("STREAMING_WINDOW_SIZE_MILLIS")) * int(spec.attribute("CHECKPOINT_WINDOW_COUNT"))
-    return min(MAX_PURGE_DELAY, max(0.0, period / 2000))
 
 
 class AppMaster(AddressFiles):

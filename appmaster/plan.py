@@ -50,7 +50,7 @@ class ContainerState(enum.StrEnum):
     RELEASED = "RELEASED"   #: no longer needed (emptied, or the application ended)
 
 
-@dataclass
+@dataclass(slots=True)
 class PTInput:
     """One upstream source of an input port of a physical operator."""
 
@@ -65,7 +65,7 @@ class PTInput:
     codec: str = "pickle"
 
 
-@dataclass
+@dataclass(slots=True)
 class PTOperator(Tracked):
     """A physical operator: one partition of a logical operator, or a unifier."""
 
@@ -114,7 +114,7 @@ class PTOperator(Tracked):
         return {i.source_id for i in self.inputs}
 
 
-@dataclass
+@dataclass(slots=True)
 class PTContainer(Tracked):
     """A container group: operators that run in one process."""
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import collections
 import json
-import operator
 import time
 from array import array
 from dataclasses import dataclass
@@ -93,6 +92,60 @@ class WindowHistory:
             if full:
                 del kept[0]
 
+    def record(self, window_stats: Any, now: int, totals: OperatorTotals) -> None:
+        """Add the windows of one operator's heartbeat (its ``OperatorStats`` messages, oldest first)
+        and count them in ``totals``: :meth:`append` and :meth:`OperatorTotals.add` of each, in one
+        call per operator and heartbeat (the hot loop of the master's heartbeat)."""
+        numbers = self._numbers
+        size = len(numbers)
+        counted = totals.counted_window
+        tuples_in_sum = tuples_out_sum = cpu_sum = windows = 0
+        new: list[int] = []
+        metrics: list[dict[str, Any] | None] | None = None
+        for ws in window_stats:
+            end = ws.end_window_millis
+            if end:  # the agent's totals over the ports
+                tuples_in, tuples_out = ws.tuples_in, ws.tuples_out
+            else:  # an agent that sends only the ports
+                tuples_in, tuples_out, end = port_totals(ws)
+                end = end or now
+            window, cpu = ws.window_id, ws.cpu_time_used
+            new += (window, tuples_in, tuples_out, end, cpu)
+            if ws.metrics:
+                if metrics is None:
+                    metrics = [None] * (len(new) // _NUMBERS - 1)
+                metrics.append(decode_metrics(ws.metrics))
+            elif metrics is not None:
+                metrics.append(None)
+            if window > counted:  # once per incarnation (a retried heartbeat repeats windows)
+                counted = window
+                tuples_in_sum += tuples_in
+                tuples_out_sum += tuples_out
+                cpu_sum += cpu
+                windows += 1
+        if windows:
+            totals.counted_window = counted
+            totals.tuples_in += tuples_in_sum
+            totals.tuples_out += tuples_out_sum
+            totals.cpu_nanos += cpu_sum
+            totals.windows += windows
+        try:
+            numbers.extend(new)
+        except OverflowError:  # an agent's figure beyond 64 bits: kept at the bound
+            del numbers[size:]
+            low, high = _INT64
+            numbers.extend([min(max(v, low), high) for v in new])
+        count = len(numbers) // _NUMBERS
+        kept = self._metrics
+        if metrics is not None or kept is not None:
+            if kept is None:
+                kept = self._metrics = [None] * (size // _NUMBERS)
+            kept += metrics if metrics is not None else [None] * (len(new) // _NUMBERS)
+        if count > self.maxlen:
+            del numbers[:(count - self.maxlen) * _NUMBERS]
+            if kept is not None:
+                del kept[:count - self.maxlen]
+
     def __len__(self) -> int:
         return len(self._numbers) // _NUMBERS
 
@@ -135,7 +188,16 @@ class WindowHistory:
         return sum([o or i for o, i in zip(numbers[_NUMBERS + TUPLES_OUT::_NUMBERS], ins)]) / span
 
 
-@dataclass
+    def summary(self) -> tuple[float, int, int, dict[str, Any] | None] | None:
+        """What the operators page shows of the windows: :meth:`rate`, the newest window's tuples in
+        and out and its metrics; None without a window (one call, no copy of the windows)."""
+        numbers = self._numbers
+        if not numbers:
+            return None
+        return (self.rate(), numbers[-_NUMBERS + TUPLES_IN], numbers[-_NUMBERS + TUPLES_OUT],
+                None if self._metrics is None else self._metrics[-1])
+
+@dataclass(slots=True)
 class OperatorTotals:
     """What one physical operator did in this master attempt, over all its incarnations.
 
@@ -339,14 +401,18 @@ class StateReports:
 
     def operator_copies(self, ops: Iterable[Any] | None = None) -> list[tuple]:
         """What the operators page needs of ``ops`` (default: every operator), copied (quick: the
-        caller holds the master's lock; :func:`operator_rows` builds the page from it without)."""
-        empty, _totals = OperatorTotals(), operator.attrgetter("tuples_in", "tuples_out", "windows", "cpu_nanos")
-        empty_history = WindowHistory()
+        caller holds the master's lock; :func:`operator_rows` builds the page from it without).
+        Of the windows only what the page shows (:meth:`WindowHistory.summary`): a copy of each
+        operator's windows was half the time the page held the lock."""
+        empty = (0, 0, 0, 0)
         blocked, history, totals = self.blocked, self.window_history, self.totals
-        return [(op, op.state.value, op.current_window, op.recovery_checkpoint, op.container, op.restarts,
-                 op.last_error, bool(op.inputs), op.id in blocked, (history.get(op.id) or empty_history).copy(),
-                 _totals(totals.get(op.id) or empty))
-                for op in (self.plan.operators.values() if ops is None else ops)]
+        rows = []
+        for op in (self.plan.operators.values() if ops is None else ops):
+            h, t = history.get(op.id), totals.get(op.id)
+            rows.append((op, op.state.value, op.current_window, op.recovery_checkpoint, op.container, op.restarts,
+                         op.last_error, bool(op.inputs), op.id in blocked, h.summary() if h is not None else None,
+                         (t.tuples_in, t.tuples_out, t.windows, t.cpu_nanos) if t is not None else empty))
+        return rows
 
     def container_rows(self) -> list[dict[str, Any]]:
         return [{"id": c.id, "state": c.state, "host": c.host, "process": c.process,
@@ -361,22 +427,22 @@ class StateReports:
 def operator_rows(copies: list[tuple]) -> list[dict[str, Any]]:
     """The rows of the operators page, from :meth:`StateReports.operator_copies`."""
     rows = []
-    for op, state, current, recovery, container, restarts, error, has_inputs, blocked, history, totals in copies:
-        tuples_in, tuples_out, windows, cpu_nanos = totals
-        last = history[-1] if history else None
-        throughput = history.rate()
-        rows.append({"id": op.id, "name": op.name, "label": op.label, "kind": op.kind,
-                     "partition": None if op.kind == "UNIFIER" else op.partition_index,
-                     "blocked": blocked,
-                     "container": container, "state": state,
-                     "current_window": current, "recovery_checkpoint": recovery,
-                     "tuples_per_sec": round(throughput, 1),
-                     "last_window_tuples": [last[TUPLES_IN], last[TUPLES_OUT]] if last else [0, 0],
-                     # counters (never go backward; see OperatorTotals): what /metrics exports
-                     "tuples_in_total": tuples_in, "tuples_out_total": tuples_out,
-                     "tuples_processed_total": tuples_in if has_inputs else tuples_out,
-                     "windows_total": windows, "cpu_seconds_total": cpu_nanos / 1e9,
-                     "metrics": (last[METRICS] or {}) if last else {},
-                     "restarts": restarts, "last_error": last_line(error)})
+    append = rows.append
+    for op, state, current, recovery, container, restarts, error, has_inputs, blocked, windows, totals in copies:
+        tuples_in, tuples_out, count, cpu_nanos = totals
+        throughput, last_in, last_out, metrics = windows if windows is not None else (0.0, 0, 0, None)
+        kind = op.kind
+        append({"id": op.id, "name": op.name, "label": op.label, "kind": kind,
+                "partition": None if kind == "UNIFIER" else op.partition_index,
+                "blocked": blocked,
+                "container": container, "state": state,
+                "current_window": current, "recovery_checkpoint": recovery,
+                "tuples_per_sec": round(throughput, 1),
+                "last_window_tuples": [last_in, last_out],
+                # counters (never go backward; see OperatorTotals): what /metrics exports
+                "tuples_in_total": tuples_in, "tuples_out_total": tuples_out,
+                "tuples_processed_total": tuples_in if has_inputs else tuples_out,
+                "windows_total": count, "cpu_seconds_total": cpu_nanos / 1e9,
+                "metrics": metrics or {},
+                "restarts": restarts, "last_error": last_line(error) if error else ""})
     return rows
-

@@ -42,7 +42,7 @@ from appmaster.instructions import (AdoptContainer, DeleteCheckpoints, Finish, I
 from appmaster.plan import (ContainerState, OperatorState, PhysicalPlan, PTContainer, PTOperator,
                             affected_operators)
 from appmaster.recovery import GONE, Recovery
-from appmaster.reports import (ALIVE, OperatorTotals, StateReports, WindowHistory, decode_metrics, port_totals,
+from appmaster.reports import (ALIVE, OperatorTotals, StateReports, WindowHistory,
                                window_hex)
 from appmaster.rules import recovery_checkpoints, restart_backoff_millis
 from appmaster.scaling import ScaleRefused, ScaleResult
@@ -343,28 +343,20 @@ class MasterState(DeployMessages, Recovery, Diagnose, StateReports, Ending):
             return []  # a report of the incarnation being replaced (its undeploy is on the way)
         if op.state == OperatorState.SHUTDOWN and ohb.state == proto.OperatorHeartbeat.ACTIVE:
             return []  # late report from before the shutdown
-        fresh = ohb.saved_checkpoints and [c for c in ohb.saved_checkpoints
-                                           if c not in op.checkpoints and c > op.recovery_checkpoint]
-        if fresh:  # assigned, not changed in place: the committed window and the journal see it
-            op.checkpoints = sorted({*op.checkpoints, *fresh})
+        saved = ohb.saved_checkpoints
+        if saved:
+            have, floor = op.checkpoints, op.recovery_checkpoint
+            fresh = [c for c in saved if c > floor and c not in have]
+            if fresh:  # assigned, not changed in place: the committed window and the journal see it
+                op.checkpoints = have + fresh if len(fresh) == 1 and (not have or fresh[0] > have[-1]) \
+                    else sorted({*have, *fresh})
         if ohb.current_window_id > op.current_window:
             set_volatile(op, "current_window", ohb.current_window_id)
             set_volatile(op, "window_advanced_millis", now)
             self.blocked.discard(op.id)
         window_stats = ohb.window_stats
         if window_stats:
-            history, totals = self.window_history[op.id], self.totals[op.id]
-            for ws in window_stats:  # the hot loop of a heartbeat: plain loops, no generators
-                end = ws.end_window_millis
-                if end:  # the agent's totals over the ports
-                    tuples_in, tuples_out = ws.tuples_in, ws.tuples_out
-                else:  # an agent that sends only the ports
-                    tuples_in, tuples_out, end = port_totals(ws)
-                # a WindowSample's fields (the history keeps the numbers in an array, not this tuple)
-                sample = (ws.window_id, tuples_in, tuples_out, end or now, ws.cpu_time_used,
-                          decode_metrics(ws.metrics) if ws.metrics else None)
-                history.append(sample)
-                totals.add(sample)
+            self.window_history[op.id].record(window_stats, now, self.totals[op.id])
         if ohb.state == proto.OperatorHeartbeat.ACTIVE:
             if op.state in (OperatorState.DEPLOYING, OperatorState.PENDING_DEPLOY):
                 op.window_advanced_millis = now

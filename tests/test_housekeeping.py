@@ -167,6 +167,56 @@ def test_a_window_history_reads_as_the_deque_of_tuples_it_replaced():
     assert beyond[0] == (1, (1 << 63) - 1, -(1 << 63), 3, 4, None) and len(beyond) == 1
 
 
+def test_recording_a_heartbeats_windows_equals_appending_and_counting_each():
+    """WindowHistory.record (the heartbeat's one call per operator) against append and
+    OperatorTotals.add of each window, over drawn heartbeats: agents that send their totals or only
+    the ports, metrics now and then, retried windows, figures past 64 bits."""
+    import proto
+    from appmaster.reports import OperatorTotals, decode_metrics, port_totals
+    rng = random.Random(11)
+    for case in range(300):
+        maxlen = rng.choice([1, 2, 3, 20])
+        history, totals = WindowHistory(maxlen), OperatorTotals()
+        ref_history, ref_totals = WindowHistory(maxlen), OperatorTotals()
+        window = 7 << 32
+        for beat in range(rng.randrange(1, 8)):
+            now = 1000 * (beat + 1)
+            ohb = proto.OperatorHeartbeat(node_id=1)
+            window -= rng.choice([0, 0, 0, 2])  # a retried heartbeat reports windows again
+            for _ in range(rng.randrange(0, 2 * maxlen + 2)):
+                window += 1
+                ws = ohb.window_stats.add(window_id=window, cpu_time_used=rng.randrange(10 ** 6))
+                if rng.random() < 0.7:  # the agent's totals
+                    ws.tuples_in, ws.tuples_out = rng.randrange(100), rng.choice([0, rng.randrange(1 << 40)])
+                    ws.end_window_millis = now - rng.randrange(0, 500)
+                else:  # only the ports (an end of 0 falls back on the heartbeat's time)
+                    ws.input_ports.add(id="in", tuple_count=rng.randrange(100),
+                                       end_window_timestamp=rng.choice([0, now - 3]))
+                    ws.output_ports.add(id="out", tuple_count=rng.randrange(100))
+                if rng.random() < 0.2:
+                    ws.metrics["lag"] = str(rng.randrange(9))
+                if rng.random() < 0.02:
+                    ws.cpu_time_used = (1 << 63) - 1 - rng.randrange(3)  # near the bound
+            history.record(ohb.window_stats, now, totals)
+            for ws in ohb.window_stats:  # what the heartbeat did before
+                if ws.end_window_millis:
+                    tuples_in, tuples_out, end = ws.tuples_in, ws.tuples_out, ws.end_window_millis
+                else:
+                    tuples_in, tuples_out, end = port_totals(ws)
+                sample = (ws.window_id, tuples_in, tuples_out, end or now, ws.cpu_time_used,
+                          decode_metrics(ws.metrics) if ws.metrics else None)
+                ref_history.append(sample)
+                ref_totals.add(sample)
+            assert list(history) == list(ref_history), (case, beat)
+            assert totals == ref_totals, (case, beat)
+    beyond, totals = WindowHistory(2), OperatorTotals()
+    ohb = proto.OperatorHeartbeat(node_id=1)
+    ohb.window_stats.add(window_id=1, tuples_in=1, end_window_millis=5)
+    history_before = list(beyond)
+    beyond.record(ohb.window_stats, 9, totals)
+    assert history_before == [] and list(beyond) == [(1, 1, 0, 5, 0, None)] and totals.windows == 1
+
+
 def test_readers_copy_a_few_operators_per_hold_of_the_lock_and_see_the_same(monkeypatch):
     """The operators page and get-app-info copy COPY_CHUNK operators per hold of the master's
     lock (heartbeats go on in between); pieced together they equal the one-hold answer."""
@@ -264,3 +314,15 @@ def test_drain_deletes_at_once_whatever_the_delay(tmp_path):
         assert time.monotonic() - t0 < 5 and not any(f.exists() for f in files) and purger.deleted == 300
     finally:
         purger.close()
+
+
+def test_the_masters_purge_delay_is_half_a_checkpoint_period_at_most_30_s():
+    from appmaster.housekeeping import purge_delay
+    from appmaster.spec import AppSpec
+
+    def spec(attributes: str) -> AppSpec:
+        return AppSpec.from_yaml(f"name: p\nattributes: {{{attributes}}}\n"
+                                 "operators:\n  a: {class: 'tests.e2e_ops:KeyedSource'}\n")
+    assert purge_delay(spec("STREAMING_WINDOW_SIZE_MILLIS: 500, CHECKPOINT_WINDOW_COUNT: 10")) == 2.5
+    assert purge_delay(spec("STREAMING_WINDOW_SIZE_MILLIS: 500")) == 15.0  # the default count, 60
+    assert purge_delay(spec("STREAMING_WINDOW_SIZE_MILLIS: 1000, CHECKPOINT_WINDOW_COUNT: 600")) == 30.0
