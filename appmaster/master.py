@@ -375,13 +375,15 @@ class AppMaster(AddressFiles):
         # status.json before admin.json: whoever finds the admin API (a prestarted container can fail
         # within its first 300 ms) must not find the application still STARTING in list-apps
         self.write_status(final=False)
+        if self.tune_gc and self.state.attempt == 1:  # its 0.3 s (20,000 operators) before containers call
+            tune_gc()
         # containers find the master in heartbeatUri: written last, once everything serves
         no_space = self._write_address_files()
         log.info("application %s: umbilical at %s:%d, admin API at %s", self.app_id, self.host,
                  self.port, self.admin_url)
         if self.state.attempt > 1:  # a new attempt takes over the containers the previous master started
             self._dispatch_first(AdoptContainers(_now(), getattr(self.launcher, "adopt", None) is not None))
-        if self.tune_gc:
+        if self.tune_gc and self.state.attempt > 1:  # with the adopted containers' state
             tune_gc()
         if no_space and self.state.state == "RUNNING":  # after the adoption: its containers are stopped too
             log.error("the application fails: %s", no_space)
@@ -585,7 +587,6 @@ class AppMaster(AddressFiles):
 KEEP_FILES_SECONDS = 2.0
 #: Containers that no longer count as live (the GIL switch interval's count).
 _GONE = (ContainerState.LOST, ContainerState.RELEASED)
-
 #: The stats listener is called at most this often.
 LISTENER_INTERVAL_MILLIS = 1000
 

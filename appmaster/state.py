@@ -256,7 +256,9 @@ class MasterState(DeployMessages, Recovery, Diagnose, StateReports, Ending):
         """Ask for every planned container."""
         self._note(ev.now, "plan", f"{len(self.plan.operators)} operators in "
                                    f"{len(self.plan.containers)} containers")
-        return [self._launch(c, ev.now) for c in self.plan.containers.values()]
+        # the committed window's first computation (over the whole plan: 0.1-0.2 s at 20,000
+        # operators) here, before any container can call, not in the first container's heartbeat
+        return [*self._update_committed(ev.now), *(self._launch(c, ev.now) for c in self.plan.containers.values())]
 
     def _launch(self, container: PTContainer, now: int) -> LaunchContainer:
         hosts = tuple(sorted({str(self.plan.operators[o].attributes.get("LOCALITY_HOST"))
