@@ -187,7 +187,6 @@ class WindowHistory:
             return sum(ins) / span
         return sum([o or i for o, i in zip(numbers[_NUMBERS + TUPLES_OUT::_NUMBERS], ins)]) / span
 
-
     def summary(self) -> tuple[float, int, int, dict[str, Any] | None] | None:
         """What the operators page shows of the windows: :meth:`rate`, the newest window's tuples in
         and out and its metrics; None without a window (one call, no copy of the windows)."""
@@ -196,6 +195,7 @@ class WindowHistory:
             return None
         return (self.rate(), numbers[-_NUMBERS + TUPLES_IN], numbers[-_NUMBERS + TUPLES_OUT],
                 None if self._metrics is None else self._metrics[-1])
+
 
 @dataclass(slots=True)
 class OperatorTotals:

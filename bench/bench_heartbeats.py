@@ -101,7 +101,8 @@ from typing import Any
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import heartbeat_master, heartbeat_report, heartbeat_wire  # noqa: E402
+from bench import heartbeat_master, heartbeat_report  # noqa: E402
+from bench.heartbeat_wire import SimContainer  # noqa: E402
 
 #: Partitions per chain of the generated DAG (the spec allows at most 256 per operator).
 CHAIN_WIDTH = 250
@@ -313,54 +314,6 @@ def _ms(values: list[float]) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------- the simulated agents
-
-class SimContainer:
-    """One simulated container: its operators and the windows they report."""
-
-    def __init__(self, container_id: str, pid: int) -> None:
-        self.id = container_id
-        self.pid = pid  # what the launcher recorded for it, else the agent process's number
-        self.ops: dict[int, int] = {}  # operator id -> last window reported
-        self.ended = False
-
-    def advance(self, ctx: Any, now: int) -> list[tuple[int, list[int], int]]:
-        """Per operator: its id, the windows it reports now (the last 8 it finished since its last
-        heartbeat, oldest first) and its current window; the operators move on to now."""
-        window_ms = ctx.streaming_window_size_millis
-        base = (ctx.start_window_millis // 1000) << 32
-        current = base | max(0, (now - ctx.start_window_millis) // window_ms)
-        reports = []
-        for op_id, last in self.ops.items():
-            windows = list(range(max(last + 1, current - 7), current + 1)) if current > last else []
-            if current > last:
-                self.ops[op_id] = current
-            reports.append((op_id, windows, self.ops[op_id]))
-        return reports
-
-    def heartbeat(self, proto: Any, ctx: Any, now: int) -> Any:
-        """The heartbeat as a message (see :meth:`heartbeat_bytes`, which the agents send)."""
-        stats = proto.ContainerStats(container_id=self.id)
-        for op_id, windows, current in self.advance(ctx, now):
-            hb = stats.operators.add(node_id=op_id, generated_tms=now, interval_ms=1000,
-                                     state=proto.OperatorHeartbeat.ACTIVE)
-            for w in windows:
-                ws = hb.window_stats.add(window_id=w, cpu_time_used=50_000, tuples_in=100, tuples_out=100,
-                                         end_window_millis=now)  # the totals, as the agent sends them
-                ws.input_ports.add(id="input", tuple_count=100, end_window_timestamp=now)
-                ws.output_ports.add(id="output", tuple_count=100, end_window_timestamp=now, buffer_server_bytes=1600)
-                if (w & 0xFFFFFFFF) % ctx.checkpoint_window_count == 0:
-                    hb.saved_checkpoints.append(w)
-                    ws.checkpoint.window_id = w
-            hb.current_window_id = current
-        return proto.ContainerHeartbeat(container_id=self.id, buffer_server_host="127.0.0.1",
-                                        buffer_server_port=9, jvm_name=f"{self.pid}@sim", memory_mb_free=8000,
-                                        memory_mb_used=60, container_stats=stats, sent_millis=now)
-
-    def heartbeat_bytes(self, ctx: Any, now: int) -> bytes:
-        """:meth:`heartbeat`, serialized, at a quarter of its cost (:mod:`bench.heartbeat_wire`)."""
-        return heartbeat_wire.encode_heartbeat(self.id, self.pid, self.advance(ctx, now), now,
-                                               ctx.checkpoint_window_count)
-
 
 async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_every: float, seed: int,
                   unary: bool = False) -> None:  # noqa: PLR0913
