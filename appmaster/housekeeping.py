@@ -51,18 +51,14 @@ class Purger:
         Deletes one URI (missing files are not an error); :func:`container.fs.delete` by default.
     delay:
         Seconds a file waits in the queue before it is deleted (0: at once).
-    clock:
-        The monotonic clock the delay is measured with (tests pass their own).
     """
 
     #: Files deleted per hold of the queue's lock.
     BATCH = 256
 
-    def __init__(self, delete: Callable[[str], None] = fs.delete, delay: float = 0.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, delete: Callable[[str], None] = fs.delete, delay: float = 0.0) -> None:
         self._delete = delete
         self.delay = max(0.0, delay)
-        self._clock = clock
         #: (when it may be deleted, URI), in the order submitted (so in the order of those times)
         self._queue: collections.deque[tuple[float, str]] = collections.deque()
         self._wake = threading.Condition()
@@ -77,7 +73,7 @@ class Purger:
 
     def submit(self, uris: Iterable[str]) -> None:
         """Queue ``uris`` for deletion (returns at once)."""
-        due = self._clock() + self.delay
+        due = time.monotonic() + self.delay
         with self._wake:
             if self._closed:
                 return
@@ -121,9 +117,9 @@ class Purger:
                     return None
                 queue = self._queue
                 if queue:
-                    wait = queue[0][0] - self._clock()
+                    wait = queue[0][0] - time.monotonic()
                     if wait <= 0 or self._hurry:
-                        now = self._clock()
+                        now = time.monotonic()
                         batch = []
                         while queue and len(batch) < self.BATCH and (self._hurry or queue[0][0] <= now):
                             batch.append(queue.popleft()[1])
