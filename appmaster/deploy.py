@@ -71,10 +71,11 @@ class DeployMessages:
             return self.pacer.interval_ms
         return int(self.attr("HEARTBEAT_INTERVAL_MILLIS"))  # type: ignore[attr-defined]
 
-    def asked_interval_millis(self, container_id: str, now: int) -> int:
-        """The interval the answer to ``container_id``'s heartbeat at ``now`` asks for: the pacer's, in
-        the container's slot (:meth:`HeartbeatPacer.ask_ms`)."""
-        return self.pacer.ask_ms(container_id, now) if self.pacer is not None else self.heartbeat_interval_millis()
+    def asked_interval_millis(self, container_id: str, now: int, sent: int = 0) -> int:
+        """The interval the answer at ``now`` to ``container_id``'s heartbeat sent at ``sent`` asks
+        for: the pacer's, in the container's slot (:meth:`HeartbeatPacer.ask_ms`)."""
+        return self.pacer.ask_ms(container_id, now, sent) if self.pacer is not None \
+            else self.heartbeat_interval_millis()
 
     def init_context(self, container_id: str) -> proto.StreamingContainerContext:
         """A container's init context (a query: changes nothing).

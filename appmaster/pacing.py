@@ -19,22 +19,25 @@ heartbeat's arrival to its answer:
 - it never exceeds ``HEARTBEAT_MAX_INTERVAL_MILLIS``, nor a third of
   ``HEARTBEAT_TIMEOUT_MILLIS`` (three heartbeats fit in every timeout).
 
-A stretched interval is asked for in slots (:meth:`HeartbeatPacer.ask_ms`):
-each container has its own moment in the interval, from a hash of its id, and
-each answer asks for the time to that container's next moment, between half
-and one and a half intervals away. Containers answered together come back
-together one interval later: a deploy, or a stall of the master, left the
-containers of a 2,000-container application heartbeating in waves one interval
-apart, 600 a second for two seconds in ten and 60 for the rest, and each wave
-queued (``bench/bench_heartbeats.py``: batches of 64 heartbeats, answers at
-0.3-0.8 s at p99 with the master half idle). Asked for in slots they come back
-spread evenly over the interval after one round, whatever brought them together.
+The interval is asked for in slots (:meth:`HeartbeatPacer.ask_ms`), stretched
+or not: each container has its own moment in the interval, from a hash of its
+id, and each answer asks for the time from the heartbeat's sending to that
+container's next moment, between half and one and a half intervals away.
+Containers answered together come back together one interval later: a deploy,
+or a stall of the master, left the containers of a 2,000-container application
+heartbeating in waves one interval apart, 600 a second for two seconds in ten
+and 60 for the rest, and each wave queued (``bench/bench_heartbeats.py``:
+batches of 64 heartbeats, answers at 0.3-0.8 s at p99 with the master half
+idle). Asked for in slots they come back spread evenly over the interval after
+one round, whatever brought them together; a container in its slot is asked
+for exactly the interval.
 
 Setting ``HEARTBEAT_MAX_INTERVAL_MILLIS`` to ``HEARTBEAT_INTERVAL_MILLIS``
-keeps the interval fixed. A container being deployed is asked for its next
-heartbeat after the configured interval all the same (its operators' first
-report ends the deploy). The interval in use is in ``get-app-info``
-(``heartbeat_interval_millis``).
+keeps the interval fixed: every container heartbeats once an interval, in its
+slot (one heartbeat, after a start or a stall, moves it there). A container
+being deployed is asked for its next heartbeat after the configured interval
+(its operators' first report ends the deploy). The interval in use is in
+``get-app-info`` (``heartbeat_interval_millis``).
 """
 
 from __future__ import annotations
@@ -103,19 +106,25 @@ class HeartbeatPacer:
         """The interval to ask containers for now, in milliseconds."""
         return int(self._interval)
 
-    def ask_ms(self, container_id: str, now_ms: int) -> int:
-        """The interval an answer to ``container_id`` at ``now_ms`` (wall-clock milliseconds) asks
-        for: the configured one, or once stretched, the time to the container's next slot in the
-        interval (:attr:`interval_ms` times a hash of its id, past whole intervals since the epoch),
-        from half to one and a half intervals away; never below the configured interval nor above
-        the ceiling."""
+    def ask_ms(self, container_id: str, now_ms: int, sent_ms: int = 0) -> int:
+        """The interval the answer to a heartbeat of ``container_id`` sent at ``sent_ms`` (its
+        ``sent_millis``, wall-clock milliseconds; ``now_ms`` when it gave none) asks for: the time
+        to the container's next slot in the interval (:attr:`interval_ms` times a hash of its id,
+        past whole intervals since the epoch), from half to one and a half intervals away. A
+        container heartbeating in its slot is asked for exactly one interval, so the asks average
+        the interval; one that is not is moved there in one heartbeat.
+
+        The time is counted from when the heartbeat was sent, not answered: a container waits the
+        interval from its last heartbeat's start (:mod:`container.agent`), and a master's queue
+        moves nobody. A stretched interval is asked for never below the configured interval nor
+        above the ceiling."""
         period = int(self._interval)
-        if period <= self.base_ms:
-            return self.base_ms
         slot = zlib.crc32(container_id.encode()) * period >> 32
-        delay = (slot - now_ms) % period
+        delay = (slot - (sent_ms or now_ms)) % period
         if delay < period // 2:
             delay += period
+        if period <= self.base_ms:
+            return delay
         return min(self.max_ms, max(self.base_ms, delay))
 
     def observe(self, seconds: float) -> None:

@@ -279,7 +279,7 @@ class MasterState(DeployMessages, Recovery, Diagnose, StateReports, Ending):
         hb, now = ev.heartbeat, ev.now
         self.heartbeats += 1
         response = proto.ContainerHeartbeatResponse(
-            heartbeat_interval_millis=self.asked_interval_millis(hb.container_id, now))
+            heartbeat_interval_millis=self.asked_interval_millis(hb.container_id, now, hb.sent_millis))
         container = self.plan.containers.get(hb.container_id)
         # a process that is not the one launched as this container (one an earlier master attempt
         # started but never recorded) must not speak for it: what it omits would leave the plan
