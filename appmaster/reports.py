@@ -182,10 +182,15 @@ class WindowHistory:
         span = (numbers[-_NUMBERS + END_MILLIS] - numbers[END_MILLIS]) / 1000
         if span <= 0:
             return 0.0
-        ins = numbers[_NUMBERS + TUPLES_IN::_NUMBERS]
-        if inputs_only:
-            return sum(ins) / span
-        return sum([o or i for o, i in zip(numbers[_NUMBERS + TUPLES_OUT::_NUMBERS], ins)]) / span
+        if not inputs_only:
+            # whole columns where they can be (the operators page reads this for every operator)
+            outs = numbers[_NUMBERS + TUPLES_OUT::_NUMBERS]
+            if 0 not in outs:
+                return sum(outs) / span
+            if any(outs):
+                ins = numbers[_NUMBERS + TUPLES_IN::_NUMBERS]
+                return sum([o or i for o, i in zip(outs, ins)]) / span
+        return sum(numbers[_NUMBERS + TUPLES_IN::_NUMBERS]) / span
 
     def summary(self) -> tuple[float, int, int, dict[str, Any] | None] | None:
         """What the operators page shows of the windows: :meth:`rate`, the newest window's tuples in
