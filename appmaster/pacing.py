@@ -34,7 +34,8 @@ for exactly the interval.
 
 Setting ``HEARTBEAT_MAX_INTERVAL_MILLIS`` to ``HEARTBEAT_INTERVAL_MILLIS``
 keeps the interval fixed: every container heartbeats once an interval, in its
-slot (one heartbeat, after a start or a stall, moves it there). A container
+slot (one heartbeat, after a start or a stall, moves it there, asked for between
+half and one and a half intervals: the only asks then that are not the interval). A container
 being deployed is asked for its next heartbeat after the configured interval
 (its operators' first report ends the deploy). The interval in use is in
 ``get-app-info`` (``heartbeat_interval_millis``).
