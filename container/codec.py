@@ -14,7 +14,7 @@ class Codec:
 
     A codec always works on a whole batch (a list of tuples) at once: one call
     per frame keeps the per-tuple cost in C, which is what makes a Python
-    stream fast. Codecs are stateless and safe to share between threads.
+    stream fast. Codecs are safe to share between threads.
     """
 
     #: Name used in stream attributes (``codec: arrow``).
@@ -83,6 +83,19 @@ class PickleCodec(Codec):
 
 _MIXED_MAGIC = b"STRAMIPC"
 _U32 = struct.Struct(">I")
+_END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"   # continuation marker, then length 0
+
+
+def _has_dictionary(schema) -> bool:
+    """Whether any field of ``schema``, at any depth, is dictionary-encoded."""
+    import pyarrow as pa
+
+    def nested(t) -> bool:
+        if pa.types.is_dictionary(t):
+            return True
+        return any(nested(t.field(i).type) for i in range(t.num_fields))
+
+    return any(nested(f.type) for f in schema)
 
 
 class _Pieces:
@@ -150,16 +163,40 @@ class ArrowCodec(Codec):
     ``STRAMIPC``, each preceded by its 4-byte big-endian length (an IPC stream
     itself always starts with ``0xFFFFFFFF``, so the two never collide).
     ``pyarrow.Table`` items are accepted and sent as their record batches.
-    :meth:`encode_parts` copies no column: its pieces are the IPC messages' small
-    metadata and the record batches' own buffers (Arrow data is immutable), which
-    the buffer server keeps and sends as they are. Decoding is zero-copy: the
-    returned batches point into ``data``. An empty list encodes to ``b""``.
+    :meth:`encode_parts` copies no column of a run of big batches (over
+    :attr:`COPY_BELOW` bytes of buffers each, on average): its pieces are the
+    IPC messages' small metadata and the record batches' own buffers (Arrow
+    data is immutable), which the buffer server keeps and sends as they are.
+    Smaller batches are copied, one buffer each, by Arrow itself
+    (``RecordBatch.serialize``, the same bytes), which costs less than the IPC
+    writer's calls back into Python for every piece: 4.6 against 26.5 µs for
+    one batch of 1,000 rows of 76 bytes, 79 against 135 µs for 16 of them.
+    Decoding is zero-copy: the returned batches point into ``data``. An empty
+    list encodes to ``b""``.
     """
 
     name: ClassVar[str] = "arrow"
+    #: Runs of batches with fewer bytes of buffers than this per batch are copied (see the class doc).
+    COPY_BELOW: ClassVar[int] = 256 << 10
 
     def __init__(self) -> None:
         import pyarrow  # noqa: F401  (fail early with a clear ImportError)
+
+        self._known: tuple = (None, None)  #: the last schema copied and its IPC message (or None)
+
+    def _copied(self, batches: list) -> tuple | None:
+        """The run as (schema message, one serialized message per batch, end of stream), or None
+        when it is too big to copy or its schema has dictionaries (whose batches that form omits)."""
+        if sum(b.get_total_buffer_size() for b in batches) >= self.COPY_BELOW * len(batches):
+            return None
+        schema = batches[0].schema
+        known, message = self._known  # one attribute, replaced whole: safe between threads
+        if known is None or not (known is schema or known.equals(schema, check_metadata=True)):
+            message = None if _has_dictionary(schema) else schema.serialize()
+            self._known = (schema, message)
+        if message is None:
+            return None
+        return (message, *[b.serialize() for b in batches], _END_OF_STREAM)
 
     @staticmethod
     def _one_stream(batches: list) -> _Pieces:
@@ -204,12 +241,12 @@ class ArrowCodec(Codec):
             else:
                 runs.append([batch])
         if len(runs) == 1:
-            return tuple(self._one_stream(runs[0]).pieces)
+            return self._copied(runs[0]) or tuple(self._one_stream(runs[0]).pieces)
         parts: list = [_MIXED_MAGIC]
         for run in runs:
-            stream = self._one_stream(run)
-            parts.append(_U32.pack(stream.size))
-            parts += stream.pieces
+            pieces = self._copied(run) or self._one_stream(run).pieces
+            parts.append(_U32.pack(sum(map(len, pieces))))
+            parts += pieces
         return tuple(parts)
 
     def decode(self, data: bytes) -> list:

@@ -65,9 +65,11 @@ def test_arrow_round_trip_one_schema_is_a_plain_ipc_stream():
 
 
 def test_arrow_parts_are_the_batches_own_buffers():
-    """encode_parts copies no column: its big pieces are the record batches' buffers, the rest
-    small metadata, and joined they are encode's bytes (a plain IPC stream, mixed schemas too)."""
-    batches = [_batch(2000), _batch(3000, 2000)]
+    """encode_parts copies no column of big batches: its big pieces are the record batches'
+    buffers, the rest small metadata, and joined they are encode's bytes (a plain IPC stream,
+    mixed schemas too)."""
+    batches = [_batch(5000), _batch(6000, 5000)]
+    assert min(b.get_total_buffer_size() for b in batches) > ArrowCodec.COPY_BELOW
     codec = ArrowCodec()
     parts = codec.encode_parts(batches)
     owned = {b.address for batch in batches for col in batch.columns for b in col.buffers() if b is not None}
@@ -75,11 +77,33 @@ def test_arrow_parts_are_the_batches_own_buffers():
     assert big and all(isinstance(p, pa.Buffer) and p.address in owned for p in big)
     assert all(isinstance(p, bytes) for p in parts if len(p) < 1024)
     assert b"".join(parts) == codec.encode(batches)
-    assert pa.ipc.open_stream(b"".join(parts)).read_all().num_rows == 5000
+    assert pa.ipc.open_stream(b"".join(parts)).read_all().num_rows == 11000
     mixed = [_batch(1500), pa.record_batch({"w": ["x"] * 2000}), _batch(2, 1500)]
     out = codec.decode(b"".join(codec.encode_parts(mixed)))
     assert all(a.equals(b) for a, b in zip(mixed, out)) and len(out) == 3
     assert PickleCodec().encode_parts(["a"]) == (PickleCodec().encode(["a"]),)
+
+
+def test_arrow_small_runs_are_copied_by_arrow_into_the_same_stream():
+    """A run under COPY_BELOW bytes is one Arrow-made buffer per batch between the schema message
+    and the end of stream: the very bytes of the IPC writer's stream (read back by any reader);
+    a schema with a dictionary, which that form cannot carry, goes through the writer."""
+    codec = ArrowCodec()
+    batches = [_batch(100), _batch(50, 100)]
+    assert sum(b.get_total_buffer_size() for b in batches) < ArrowCodec.COPY_BELOW
+    parts = codec.encode_parts(batches)
+    assert len(parts) == 4 and all(isinstance(p, pa.Buffer) for p in parts[1:3])
+    assert b"".join(parts) == b"".join(codec._one_stream(batches).pieces)
+    assert pa.ipc.open_stream(b"".join(parts)).read_all().equals(pa.Table.from_batches(batches))
+    tagged = _batch(3).replace_schema_metadata({"k": "v"})
+    out = codec.decode(codec.encode([batches[0], tagged, batches[1]]))
+    assert [b.schema.metadata for b in out] == [None, {b"k": b"v"}, None]
+    assert all(a.equals(b) for a, b in zip([batches[0], tagged, batches[1]], out))
+    coded = pa.record_batch({"k": pa.array(["a", "b", "a"]).dictionary_encode(),
+                             "m": pa.array([[("x", "y")], [], [("x", "z")]],
+                                           pa.map_(pa.string(), pa.dictionary(pa.int8(), pa.string())))})
+    for run in ([coded, coded], [batches[0], coded]):
+        assert all(a.equals(b) for a, b in zip(run, codec.decode(codec.encode(run))))
 
 
 def test_arrow_parts_copy_a_small_slice_of_a_big_allocation():
