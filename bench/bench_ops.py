@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, Callable
 
 from container.operator import InputOperator, InputPort, Operator, OutputPort, ShutdownException
 from container.operators.io import LineReader
@@ -21,11 +21,12 @@ class BlastSource(InputOperator):
     arrow: bool = False
     #: Emit each call's strings with one ``emit_batch`` (a batch operator) instead of ``emit`` on each.
     batched: bool = False
-    transient = ("_payload",)
+    transient = ("_payload", "_fresh")
 
     def __init__(self) -> None:
         self.sent = 0
         self._payload: Any = None
+        self._fresh: Any = None
 
     def setup(self, context) -> None:
         # distinct string objects, so pickle cannot shrink a batch by memoizing repeats
@@ -33,6 +34,7 @@ class BlastSource(InputOperator):
         if self.arrow:
             import pyarrow as pa
             self._payload = pa.RecordBatch.from_pydict({"v": pool})
+            self._fresh = _fresh_copier(self._payload)
         else:
             self._payload = pool
 
@@ -42,7 +44,7 @@ class BlastSource(InputOperator):
         emit = self.output.emit
         payload = self._payload
         if self.arrow:
-            emit(payload)
+            emit(self._fresh())
             self.sent += self.batch
             return
         n = min(self.batch, self.count - self.sent)
@@ -52,6 +54,24 @@ class BlastSource(InputOperator):
             for i in range(n):
                 emit(payload[i])
         self.sent += n
+
+
+def _fresh_copier(batch: Any) -> Callable[[], Any]:
+    """A function returning ``batch`` (one string column) with its characters in new memory each
+    call (~6 us for 1,000 rows of 64 bytes), as a real source fills a new batch every time: a
+    batch emitted again and again would be sent from the same cached bytes, faster than any
+    real stream."""
+    import pyarrow as pa
+
+    column = batch.column(0)
+    _, offsets, data = column.buffers()
+    schema, n = batch.schema, len(column)
+
+    def fresh() -> Any:
+        copy = pa.Array.from_buffers(pa.string(), n, [None, offsets, pa.py_buffer(bytes(data))])
+        return pa.RecordBatch.from_arrays([copy], schema=schema)
+
+    return fresh
 
 
 class CountSink(Operator):

@@ -7,10 +7,11 @@ Launches real local applications (master, agents, buffer servers) with a
 BlastSource feeding a CountSink (per-tuple operators, then batch operators:
 ``emit_batch`` and ``process_batch``) over THREAD_LOCAL, CONTAINER_LOCAL and
 separate-container (buffer server) streams, for 64-byte and 4 KiB strings and
-Arrow batches of 64-byte rows (1,000 and 10,000 to a batch), and prints tuples/s and the containers' peak
-RSS. Rates are measured at the sink, from its first to its last tuple. For 4 KiB
+Arrow batches of 64-byte rows (1,000 and 10,000 to a batch, each in new memory, as a real source
+makes them), and prints tuples/s and the containers' peak RSS. Rates are measured at the sink, from its first to its last tuple. For 4 KiB
 strings and Arrow rows the rate in MB/s is printed beside plain TCP on
-127.0.0.1 between two Python processes, measured in the same run. By default
+127.0.0.1 between two Python processes (sending and receiving in the buffer
+server's sizes), measured in the same run. By default
 no window is committed during a run, so a buffer-server publisher keeps
 everything it sent and spills what exceeds ``BUFFER_MEMORY_MB`` (512) to disk
 on the way. For the 4 KiB and Arrow paths (1.2 GB and 0.8 GB) the least it
@@ -115,7 +116,7 @@ import socket, sys
 srv = socket.create_server(("127.0.0.1", 0))
 print(srv.getsockname()[1], flush=True)
 conn, _ = srv.accept()
-view = memoryview(bytearray(1 << 20))
+view = memoryview(bytearray(int(sys.argv[1])))
 total = 0
 while n := conn.recv_into(view):
     total += n
@@ -123,12 +124,17 @@ print(total, flush=True)
 """
 
 
-def loopback_rate(total: int = 2 << 30, chunk: int = 1 << 20) -> float:
-    """Bytes/s of plain TCP on 127.0.0.1 between two Python processes (1 MB sends, ``recv_into``
-    a reused buffer): the ceiling a buffer-server stream is measured against."""
+def loopback_rate(total: int = 2 << 30) -> float:
+    """Bytes/s of plain TCP on 127.0.0.1 between two Python processes, sending and receiving in
+    the sizes a buffer server and its subscriber do (a subscriber's batch, ``recv_into`` a reused
+    buffer of the subscriber's size): the ceiling a buffer-server stream is measured against."""
     import socket
 
-    proc = subprocess.Popen([sys.executable, "-c", _RECEIVER], stdout=subprocess.PIPE, text=True)
+    from container.bufferserver.connection import _RECV_SIZE
+    from container.bufferserver.store import _SEND_BUDGET as chunk
+
+    proc = subprocess.Popen([sys.executable, "-c", _RECEIVER, str(_RECV_SIZE)], stdout=subprocess.PIPE,
+                            text=True)
     port = int(proc.stdout.readline())
     data = b"x" * chunk
     with socket.create_connection(("127.0.0.1", port)) as sock:
