@@ -7,9 +7,10 @@ Launches real local applications (master, agents, buffer servers) with a
 BlastSource feeding a CountSink (per-tuple operators, then batch operators:
 ``emit_batch`` and ``process_batch``) over THREAD_LOCAL, CONTAINER_LOCAL and
 separate-container (buffer server) streams, for 64-byte and 4 KiB strings and
-Arrow batches of 64-byte rows (1,000 and 10,000 to a batch, each in new memory, as a real source
-makes them), and prints tuples/s and the containers' peak RSS. Rates are measured at the sink, from its first to its last tuple. For 4 KiB
-strings and Arrow rows the rate in MB/s is printed beside plain TCP on
+Arrow batches of 64-byte rows (1,000 and 10,000 to a batch, each in new
+memory, as a real source makes them), and prints tuples/s and the containers'
+peak RSS. Rates are measured at the sink, from its first to its last tuple. For
+4 KiB strings and Arrow rows the rate in MB/s is printed beside plain TCP on
 127.0.0.1 between two Python processes (sending and receiving in the buffer
 server's sizes), measured in the same run. By default
 no window is committed during a run, so a buffer-server publisher keeps
