@@ -5,11 +5,8 @@ size of the plan (megabytes of JSON at a few thousand operators). The
 :class:`JournalWriter` writes ``APP_PATH/journal/snapshot`` (the document of
 :mod:`appmaster.journal`, with ``"log_generation": g``) when the plan's shape
 changes (operators or containers added or removed, operators moved or
-rewired), when the log has grown past :attr:`JournalWriter.compact_bytes` (a
-*compaction*: made from what the writer journaled, not from the live state,
-so its time under the master's lock is in encoding and writing only), and
-on its first write; in between it appends to ``journal/log-<g>`` one JSON line
-per write with the fields that changed::
+rewired) and on its first write; in between it appends to ``journal/log-<g>``
+one JSON line per write with the fields that changed::
 
     {"ops": {"7": {"checkpoints": [...], "current_window": ...}},
      "containers": {"container_000003": {"last_heartbeat_millis": ...}},
@@ -20,8 +17,14 @@ Which operators and containers changed comes from the marks of
 changed. Progress figures (:data:`appmaster.changes.VOLATILE`: current windows,
 the heartbeat and window clocks) do not mark an object: they are written with
 its next other change and in every snapshot, and a restored master resets the
-clocks and reads a current window as a lower bound until the next heartbeat. :func:`replay` applies a log to its snapshot; :func:`read_journal`
-returns the document a full snapshot written now would hold. A last line
+clocks and reads a current window as a lower bound until the next heartbeat.
+
+When the log has grown past :attr:`JournalWriter.compact_bytes` (twice the
+snapshot), the writer goes on in ``log-<g+1>`` and a process of its own
+(:mod:`appmaster.compactor`) makes snapshot g+1 of snapshot g and its log, so
+the master's lock is never held for it; until that snapshot is in place,
+readers replay both logs. :func:`replay` applies a log to its snapshot;
+:func:`read_journal` returns the document a full snapshot written now would hold. A last line
 without its newline (a write cut short) was never acknowledged, and is
 ignored; a write that fails (a full disk) is cut off the file again, so the
 master's retry appends a whole line.
@@ -33,19 +36,19 @@ under the master's lock, before the response that depends on it leaves.
 
 from __future__ import annotations
 
+import logging
 import os
-from typing import Any
+from typing import Any, Callable
 
 from appmaster import changes, journal
+from appmaster.compactor import Compaction
+from appmaster.compactor import start as compactor_process
 from appmaster.plan import PTContainer, PTOperator
 from container import apppath, fs
 
-__all__ = ["JournalWriter", "read_journal", "replay", "log_uri", "top_doc", "COLD_OP_FIELDS"]
+log = logging.getLogger("appmaster.journal")
 
-#: Operator fields that change only with the plan's shape (a new snapshot), compared by identity.
-COLD_OP_FIELDS = frozenset({"id", "name", "kind", "class_name", "properties", "attributes", "partition_index",
-                            "partition_count", "inputs", "outputs", "unifies"})
-
+__all__ = ["JournalWriter", "read_journal", "replay", "log_uri", "top_doc"]
 
 def log_uri(app_path: str, generation: int) -> str:
     """The log of the snapshot of ``generation``."""
@@ -90,9 +93,14 @@ class JournalWriter:
         snapshot of the next one.
     """
 
-    def __init__(self, app_path: str, generation: int = 0) -> None:
+    def __init__(self, app_path: str, generation: int = 0,
+                 compactor: Callable[[str, int], Compaction] = compactor_process) -> None:
         self.app_path = app_path
         self.generation = generation
+        #: Starts a compaction (:func:`appmaster.compactor.start`: another process).
+        self.compactor = compactor
+        #: The compaction under way: snapshot ``generation - 1`` and its log becoming snapshot ``generation``.
+        self._compacting: Compaction | None = None
         #: Bytes of log after which the next write is a snapshot (at least twice the snapshot).
         self.compact_bytes = 8 << 20
         self.min_compact_bytes = 8 << 20
@@ -114,15 +122,18 @@ class JournalWriter:
         self.last_bytes = 0
         self.snapshots = 0
         self.lines = 0
-        #: Snapshots made from the caches because the log was long (counted in ``snapshots`` too).
+        #: Snapshots the compactor made because the log was long (counted in ``snapshots`` too).
         self.compactions = 0
-        #: operator id -> its cold fields (:data:`COLD_OP_FIELDS`) as the last snapshot wrote them
-        self._cold_docs: dict[int, dict[str, Any]] = {}
+        #: Generations of logs that the next snapshot makes obsolete besides its predecessor's
+        #: (that of a compaction which failed or was stopped).
+        self._old_logs: set[int] = set()
 
     # ------------------------------------------------------------ writing
     def write(self, state: Any) -> int:
         """Journal what changed in ``state`` since the last write (the caller holds the master's lock);
         the bytes written. Raises OSError (a full disk) with nothing recorded as written."""
+        if self._compacting is not None:
+            self._reap()
         plan = state.plan
         key = (changes.structure(), len(plan.operators), len(plan.containers), plan.next_operator_id,
                plan.next_container_number)
@@ -166,16 +177,8 @@ class JournalWriter:
         if not record:
             self.last_bytes = 0
             return 0
-        if self._log_bytes >= self.compact_bytes:
-            # the log is long: a new snapshot instead of the line, made from what was journaled
-            # (with this write's changes), not from the live state (a fifth of the time under the lock)
-            self._remember(new_ops, new_containers, top, len(state.removed))
-            try:
-                self.last_bytes = self._compact(state)
-            except BaseException:
-                self._plan = None  # the next write is a snapshot of the live state
-                raise
-            return self.last_bytes
+        if self._log_bytes >= self.compact_bytes and self._compacting is None:
+            self._rotate()  # the log is long: this line starts the next one, compacted meanwhile
         line = journal.dumps(record) + b"\n"
         try:
             self._append(line)
@@ -204,30 +207,58 @@ class JournalWriter:
         plan = state.plan
         self._ops = {op.id: _hot(op) for op in plan.operators.values()}
         self._cold = {op.id: _cold(op) for op in plan.operators.values()}
-        self._cold_docs = {d["id"]: {k: d[k] for k in COLD_OP_FIELDS} for d in doc["plan"]["operators"]}
         self._containers = {c.id: _hot(c) for c in plan.containers.values()}
         self._top = top_doc(state)
         self._removed = len(state.removed)
         return size
 
-    def _compact(self, state: Any) -> int:
-        """A snapshot of what the journal holds now (the last snapshot with its log replayed), made
-        from the writer's caches: the operators' cold fields as of the last snapshot of the live state
-        (they change only with a new one) and their hot fields, the containers and the top-level
-        fields as of the last write. Progress figures are as the log had them (lower bounds)."""
-        plan = state.plan
-        cold, ops = self._cold_docs, self._ops
-        doc = {**self._top,
-               "plan": {"next_operator_id": plan.next_operator_id, "next_container_number": plan.next_container_number,
-                        "operators": [{**cold[i], **ops[i]} for i in plan.operators],
-                        "containers": [self._containers[c] for c in plan.containers]},
-               "removed": [dict(r) for r in state.removed]}
-        size = self._write_snapshot(doc)
+    def _rotate(self) -> None:
+        """Start log g+1 and the compaction of snapshot g with log g into snapshot g+1 (another
+        process: a snapshot of 20,000 operators encoded here held the master's lock 115-150 ms)."""
+        old = self.generation
+        fs.delete(log_uri(self.app_path, old + 1))  # a stale one
+        self._close()
+        self.generation = old + 1
+        self._log_bytes = 0
+        self._compacting = self.compactor(self.app_path, old)
+        self._reap()
+
+    def _reap(self) -> None:
+        """Finish the compaction if it has ended: its old log deleted, or (it failed) the next write a
+        snapshot of the live state. Until then readers replay both logs."""
+        code = self._compacting.poll()
+        if code is None:
+            return
+        self._compacting = None
+        if code != 0:
+            log.warning("the compaction of the journal's generation %d failed (exit code %s): the next "
+                        "write is a snapshot of the master's state", self.generation - 1, code)
+            self._old_logs.add(self.generation - 1)
+            self._plan = None
+            return
+        try:
+            fs.delete(log_uri(self.app_path, self.generation - 1))
+        except OSError:
+            pass  # an old log is never read once its successor's snapshot is in place
+        size = os.path.getsize(fs.local_path(journal.journal_uri(self.app_path)))
+        self.compact_bytes = max(self.min_compact_bytes, int(self.compact_ratio * size))
+        self.snapshots += 1
         self.compactions += 1
-        return size
+
+    def _cancel(self) -> bool:
+        """Stop the compaction under way (a snapshot of the live state replaces what it would write);
+        whether there was one."""
+        running, self._compacting = self._compacting, None
+        if running is None:
+            return False
+        running.kill()
+        running.wait()
+        self._old_logs.add(self.generation - 1)
+        return True
 
     def _write_snapshot(self, doc: dict[str, Any]) -> int:
         """Write ``doc`` as the snapshot of the next generation, whose log starts empty."""
+        self._cancel()  # (what it would write comes before this snapshot)
         generation = self.generation + 1
         local = self._local()  # elsewhere no log is ever written: nothing to delete
         if local:
@@ -237,10 +268,12 @@ class JournalWriter:
         fs.replace_file(journal.journal_uri(self.app_path), data)
         self._close()
         if self.generation and local:
-            try:
-                fs.delete(log_uri(self.app_path, self.generation))
-            except OSError:
-                pass  # an old log is never read: its snapshot is gone
+            for old in sorted({self.generation, *self._old_logs}):
+                try:
+                    fs.delete(log_uri(self.app_path, old))
+                except OSError:
+                    pass  # an old log is never read: its snapshot is gone
+        self._old_logs.clear()
         self.generation = generation
         self._log_bytes = 0
         self.compact_bytes = max(self.min_compact_bytes, int(self.compact_ratio * len(data)))
@@ -282,7 +315,8 @@ class JournalWriter:
             self._fd = None
 
     def close(self) -> None:
-        """Close the log (the master ends)."""
+        """Close the log (the master ends); a compaction under way is stopped (readers replay both logs)."""
+        self._cancel()
         self._close()
 
 
@@ -329,4 +363,10 @@ def read_journal(app_path: str) -> dict[str, Any] | None:
         uri = log_uri(app_path, generation)
         if fs.exists(uri):
             doc = replay(doc, fs.read_bytes(uri))
+        # a compaction of this snapshot and its log was under way (appmaster.compactor): the writer
+        # went on in the next log, which holds what came after
+        uri = log_uri(app_path, generation + 1)
+        if fs.exists(uri):
+            doc = replay(doc, fs.read_bytes(uri))
+            doc["log_generation"] = generation + 1
     return doc

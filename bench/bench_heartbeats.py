@@ -276,7 +276,8 @@ def run_master(app_dir: str, profile: bool, adopt: bool) -> int:
     journal_dir = os.path.dirname(journal_file)
     journal_bytes = sum(os.path.getsize(os.path.join(journal_dir, name)) for name in os.listdir(journal_dir))
     writer = master.journal_writer
-    figures.update(journal_snapshots=writer.snapshots, journal_lines=writer.lines)
+    figures.update(journal_snapshots=writer.snapshots, journal_lines=writer.lines,
+                   journal_compactions=getattr(writer, "compactions", 0))
     deployed_at = heartbeat_master.read_json(os.path.join(sim, f"progress-{master.state.attempt}.json")).get(
         "deployed_at")
     if deployed_at is not None:  # answered once every operator was ACTIVE: the master apart from the agents
@@ -571,8 +572,10 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
         "journal_writes": mfig.get("journal_writes", 0),
         "journal_ms_mean": round(mfig.get("journal_ms", {}).get("mean", 0.0), 2),
         "journal_ms_p99": round(mfig.get("journal_ms", {}).get("p99", 0.0), 2),
+        "journal_ms_max": round(mfig.get("journal_ms", {}).get("max", 0.0), 2),
         "journal_kb": round(mfig.get("journal_bytes", 0) / 1024, 1),
         "journal_snapshots": mfig.get("journal_snapshots", 0), "journal_lines": mfig.get("journal_lines", 0),
+        "journal_compactions": mfig.get("journal_compactions", 0),
         "batch_mean": round(mfig.get("batch_mean", 0.0), 1), "batch_max": mfig.get("batch_max", 0),
         "master_answer_ms_mean": round(mfig.get("answer_ms", {}).get("mean", 0.0), 2),
         "master_answer_ms_p99": round(mfig.get("answer_ms", {}).get("p99", 0.0), 2),

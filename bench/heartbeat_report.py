@@ -34,7 +34,8 @@ def report(r: dict[str, Any]) -> None:
     print(f"  master: CPU {r['master_cpu_pct']}% of a core ({r['front_cpu_pct']}% in its umbilical's front "
           f"process), peak RSS {r['master_rss_mb']} MB, plan {r['plan_s']} s; "
           f"journal {r['journal_writes']} writes of {r['journal_kb']} KB, {r['journal_ms_mean']} ms mean / "
-          f"{r['journal_ms_p99']} ms p99; committed-window update {r['committed_ms_mean']} ms mean / "
+          f"{r['journal_ms_p99']} ms p99 / {r.get('journal_ms_max')} ms max ({r.get('journal_compactions')} "
+          f"compactions); committed-window update {r['committed_ms_mean']} ms mean / "
           f"{r['committed_ms_max']} ms max; admin operators page {r['admin_operators_ms']} ms; "
           f"heartbeats per batch {r['batch_mean']} mean, {r['batch_max']} max; a heartbeat's arrival to its "
           f"answer in the master {r['master_answer_ms_mean']} ms mean / {r['master_answer_ms_p99']} ms p99")

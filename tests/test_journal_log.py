@@ -21,7 +21,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "specdata"))
 
 from randomplans import Driver, handle, new_state, random_spec  # noqa: E402
-from appmaster import changes, journal, journallog  # noqa: E402
+from appmaster import changes, compactor, journal, journallog  # noqa: E402
 from appmaster.spec import AppSpec  # noqa: E402
 from appmaster.state import MasterState, Start  # noqa: E402
 
@@ -61,7 +61,7 @@ def _drive(seed: int, events: int, app_path: str, compact: int | None = None):
     rng = random.Random(seed)
     text = random_spec(rng)
     state = new_state(text)
-    writer = journallog.JournalWriter(app_path)
+    writer = journallog.JournalWriter(app_path, compactor=compactor.run_inline)
     if compact is not None:
         writer.min_compact_bytes = writer.compact_bytes = compact
         writer.compact_ratio = 0.0
@@ -153,26 +153,98 @@ def test_compaction_starts_a_new_generation_and_removes_the_old_log(tmp_path) ->
 
 
 def test_a_compaction_that_fails_is_followed_by_a_snapshot_of_the_live_state(tmp_path, monkeypatch) -> None:
+    """The compactor cannot write its snapshot (a full disk): the line is in the next log all the
+    same, the journal (snapshot, its log, the next log) is the live state, and the next write is a
+    snapshot of the live state that removes both logs."""
     app_path = f"file://{tmp_path}/app"
     for state, writer, _ in _drive(5, 300, app_path):
         if writer.lines >= 3:
             break
-    before = _read(app_path)
     writer.compact_bytes = 0  # the next change compacts the log
-    snapshots = writer.snapshots
+    snapshots, generation = writer.snapshots, writer.generation
 
     def no_space(uri: str, data: bytes) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(journallog.fs, "replace_file", no_space)
+    monkeypatch.setattr(compactor.fs, "replace_file", no_space)
     next(iter(state.plan.operators.values())).restarts += 1
-    with pytest.raises(OSError):
-        writer.write(state)
-    assert _read(app_path) == before and writer.compactions == 0  # the journal as it was
-    monkeypatch.undo()
     assert writer.write(state) > 0
-    assert writer.snapshots == snapshots + 1 and writer.compactions == 0  # of the live state, not the caches
+    monkeypatch.undo()
+    assert writer.compactions == 0 and writer.generation == generation + 1
+    assert sorted(n for n in os.listdir(f"{tmp_path}/app/journal") if n.startswith("log-")) == \
+        [f"log-{generation}", f"log-{generation + 1}"]
+    assert _read(app_path) == _live(state)  # both logs replayed
+    next(iter(state.plan.operators.values())).restarts += 1
+    assert writer.write(state) > 0
+    assert writer.snapshots == snapshots + 1 and writer.compactions == 0  # of the live state
+    assert [n for n in os.listdir(f"{tmp_path}/app/journal") if n.startswith("log-")] == []
     assert _read(app_path) == _live(state)
+
+
+def test_while_the_compactor_runs_readers_replay_both_logs_and_a_snapshot_stops_it(tmp_path) -> None:
+    """A compaction under way (here one that has not started): the writer appends to the next log,
+    the journal read meanwhile is the live state, and a snapshot of the live state (the plan's
+    shape changed) stops the compaction first and removes both logs."""
+    started: list[tuple[str, int]] = []
+
+    class Pending:
+        killed = False
+
+        def poll(self):
+            return None
+
+        def kill(self):
+            Pending.killed = True
+
+        def wait(self, timeout=None):
+            return -9
+
+    app_path = f"file://{tmp_path}/app"
+    for state, writer, _ in _drive(7, 300, app_path):
+        if writer.lines >= 3:
+            break
+    writer.compactor = lambda path, generation: started.append((path, generation)) or Pending()
+    writer.compact_bytes = 0
+    generation = writer.generation
+    for step in range(3):
+        next(iter(state.plan.operators.values())).restarts += 1
+        assert writer.write(state) > 0
+        assert _read(app_path) == _live(state), step
+    assert started == [(app_path, generation)]  # one compaction at a time
+    assert journallog.read_journal(app_path)["log_generation"] == generation + 1
+    writer._plan = None  # as a change of the plan's shape does
+    writer.write(state)
+    assert Pending.killed and writer.generation == generation + 2
+    assert [n for n in os.listdir(f"{tmp_path}/app/journal") if n.startswith("log-")] == []
+    assert _read(app_path) == _live(state)
+
+
+def test_the_compactor_process_writes_the_snapshot_of_the_next_generation(tmp_path) -> None:
+    """The real path: ``python -m appmaster.compactor`` makes snapshot g+1 of snapshot g and its
+    log while the writer appends to log g+1; once it ended the writer deletes log g."""
+    import time
+
+    app_path = f"file://{tmp_path}/app"
+    for state, writer, _ in _drive(9, 300, app_path):
+        if writer.lines >= 5:
+            break
+    writer.compactor = compactor.start
+    writer.compact_bytes = 0
+    generation = writer.generation
+    next(iter(state.plan.operators.values())).restarts += 1
+    writer.write(state)
+    process = writer._compacting
+    assert process is not None and process.wait(timeout=60) == 0
+    assert journal.read_journal(app_path)["log_generation"] == generation + 1
+    _same_but_progress(_read(app_path), _live(state), "compacted by the process")
+    deadline = time.monotonic() + 5
+    next(iter(state.plan.operators.values())).restarts += 1
+    writer.write(state)  # finds the compaction ended
+    assert writer.compactions == 1 and time.monotonic() < deadline
+    assert sorted(n for n in os.listdir(f"{tmp_path}/app/journal") if n.startswith("log-")) == \
+        [f"log-{generation + 1}"]
+    _same_but_progress(_read(app_path), _live(state), "compacted by the process")
+    writer.close()
 
 
 def test_progress_alone_is_not_journaled_and_rides_with_the_next_change(tmp_path) -> None:
@@ -199,3 +271,33 @@ def test_progress_alone_is_not_journaled_and_rides_with_the_next_change(tmp_path
     writer2 = journallog.JournalWriter(app_path)  # a new attempt's first write is a snapshot
     writer2.write(state)
     assert _read(app_path)["plan"] == _live(state)["plan"]
+
+
+def test_a_compactor_never_puts_its_snapshot_in_the_place_of_a_newer_one(tmp_path, monkeypatch) -> None:
+    """A master that wrote a snapshot of its own while the compactor read (or that ended before the
+    compactor began) keeps its snapshot."""
+    import subprocess
+
+    app_path = f"file://{tmp_path}/app"
+    for state, writer, _ in _drive(11, 300, app_path):
+        if writer.lines >= 3:
+            break
+    generation = writer.generation
+    read = journal.read_journal
+
+    def read_then_master_writes(path: str):
+        doc = read(path)
+        writer._plan = None  # the master snapshots its live state meanwhile
+        writer.write(state)
+        return doc
+
+    monkeypatch.setattr(compactor.journal, "read_journal", read_then_master_writes)
+    with pytest.raises(ValueError, match="replaced while it was being compacted"):
+        compactor.compact(app_path, generation)
+    monkeypatch.undo()
+    assert journal.read_journal(app_path)["log_generation"] == generation + 1  # the master's
+    assert _read(app_path) == _live(state)
+    orphan = subprocess.run([sys.executable, "-m", "appmaster.compactor", app_path, str(generation + 1), "1"],
+                            capture_output=True, text=True, timeout=60)
+    assert orphan.returncode == 1 and "has ended: no compaction" in orphan.stderr
+    assert journal.read_journal(app_path)["log_generation"] == generation + 1

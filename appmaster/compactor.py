@@ -1,0 +1,150 @@
+"""The journal's compaction, made by a process of its own: snapshot g and log g become snapshot g+1.
+
+:class:`~appmaster.journallog.JournalWriter` appends what changed to
+``journal/log-<g>`` and, once the log is long, starts ``log-<g+1>`` and hands
+the old pair to this module: ``python -m appmaster.compactor APP_PATH G``
+reads snapshot g, replays log g (:func:`~appmaster.journallog.replay`) and
+writes the result as snapshot g+1 (``fs.replace_file``: one complete version
+or the other is always there). The master meanwhile goes on appending to log
+g+1; until the new snapshot is in place a reader replays both logs
+(:func:`~appmaster.journallog.read_journal`).
+
+Made in the master, from its caches and under its lock, the snapshot of
+20,000 operators (16 MB) took 115-150 ms, every heartbeat waiting for it,
+every 30 s or so at 2,000 containers (``bench/bench_heartbeats.py``). Here it
+costs the master a process start and, once it ended, one deletion.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from typing import Protocol
+
+from appmaster import journal
+from container import fs
+
+__all__ = ["compact", "Compaction", "start", "run_inline"]
+
+log = logging.getLogger("appmaster.journal")
+
+
+def compact(app_path: str, generation: int) -> int:
+    """Write snapshot ``generation + 1``: snapshot ``generation`` with its log replayed; its bytes.
+
+    Raises
+    ------
+    ValueError
+        The snapshot in place is not of ``generation`` (the master wrote another meanwhile).
+    OSError
+        It could not be read or written (nothing was replaced).
+    appmaster.journal.JournalVersionError
+        The snapshot or a line of the log is not a journal this stram reads.
+    """
+    from appmaster.journallog import log_uri, replay
+
+    target = journal.journal_uri(app_path)
+    path = fs.local_path(target)
+    before = _identity(path)
+    doc = journal.read_journal(app_path)
+    if doc is None or int(doc.get("log_generation") or 0) != generation:
+        found = None if doc is None else doc.get("log_generation")
+        raise ValueError(f"the journal's snapshot is of generation {found}, not {generation}")
+    uri = log_uri(app_path, generation)
+    if fs.exists(uri):
+        doc = replay(doc, fs.read_bytes(uri))
+    doc["log_generation"] = generation + 1
+    data = journal.encode(doc)
+    if _identity(path) != before:  # a master wrote a snapshot of its own meanwhile: it is newer
+        raise ValueError("the journal's snapshot was replaced while it was being compacted")
+    fs.replace_file(target, data)
+    return len(data)
+
+
+def _identity(path: str | None) -> tuple[int, int] | None:
+    """The inode and modification time of a local file (a replaced file is a new inode)."""
+    if path is None:
+        return None
+    st = os.stat(path)
+    return st.st_ino, st.st_mtime_ns
+
+
+def _die_with_parent(parent: int) -> bool:
+    """Ask Linux to kill this process when its parent (the master) ends; whether it still lives.
+    A compactor outliving its master could put an old snapshot in the place of the next attempt's."""
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the check of the snapshot's identity before the replacement remains
+    return os.getppid() == parent
+
+
+class Compaction(Protocol):
+    """A compaction under way: :class:`subprocess.Popen`'s ``poll``, ``kill`` and ``wait``."""
+
+    def poll(self) -> int | None: ...
+
+    def kill(self) -> None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+def start(app_path: str, generation: int) -> Compaction:
+    """Compact ``generation`` in a new process (exit code 0 once snapshot ``generation + 1`` is in place)."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p))
+    return subprocess.Popen([sys.executable, "-m", "appmaster.compactor", app_path, str(generation),
+                             str(os.getpid())],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env)
+
+
+class _Done:
+    """A compaction that has ended (:func:`run_inline`)."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+    def poll(self) -> int:
+        return self.code
+
+    def kill(self) -> None:
+        pass
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.code
+
+
+def run_inline(app_path: str, generation: int) -> Compaction:
+    """Compact ``generation`` in this thread, before returning (tests, and where no process may start)."""
+    try:
+        compact(app_path, generation)
+        return _Done(0)
+    except Exception:  # noqa: BLE001 - reported as the process would report it: an exit code
+        log.exception("the compaction of the journal's generation %d failed", generation)
+        return _Done(1)
+
+
+def main(argv: list[str]) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if len(argv) not in (2, 3) or not all(a.isdigit() for a in argv[1:]):
+        print("usage: python -m appmaster.compactor APP_PATH GENERATION [MASTER_PID]", file=sys.stderr)
+        return 2
+    if len(argv) == 3 and not _die_with_parent(int(argv[2])):
+        log.error("the master (pid %s) has ended: no compaction", argv[2])
+        return 1
+    try:
+        compact(argv[0], int(argv[1]))
+    except Exception as exc:  # noqa: BLE001 - the master reads the exit code and snapshots its live state
+        log.error("the compaction of the journal's generation %s under %s failed: %s", argv[1], argv[0], exc)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
