@@ -363,7 +363,9 @@ async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_eve
         if ctx is None:
             return
         interval = ctx.heartbeat_interval_millis / 1000
-        await asyncio.sleep(rng.random() * interval)  # agents start at different moments
+        # the first heartbeat at once, as container.agent sends it: the containers' moments apart come
+        # from when each got its init context (a random wait of up to an interval here put every
+        # operator ACTIVE up to a second later than real agents would be)
         stream = None  # as the real agent: heartbeats over one HeartbeatStream call (unary with --unary)
         while not c.ended and time.monotonic() < end:
             request = c.heartbeat_bytes(ctx, int(time.time() * 1000))
