@@ -202,7 +202,7 @@ class JournalWriter:
 
     def _snapshot(self, state: Any) -> int:
         """A snapshot of the live state (:meth:`MasterState.snapshot`); the journal's caches anew."""
-        doc = state.snapshot()
+        doc = state.snapshot(objects=True)  # encoded at once, in _write_snapshot
         size = self._write_snapshot(doc)
         plan = state.plan
         self._ops = {op.id: _hot(op) for op in plan.operators.values()}

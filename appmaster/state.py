@@ -139,15 +139,17 @@ class MasterState(DeployMessages, Recovery, Diagnose, StateReports, Ending):
                 tuple((c.id, c.state, c.pid, c.process_started) for c in self.plan.containers.values()),
                 tuple((w, tuple(ids)) for w, ids in sorted(self.shutdown_operators.items())))
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self, objects: bool = False) -> dict[str, Any]:
         """What the journal holds: enough for a new master attempt to carry on.
 
         A plain, JSON-ready document of :data:`appmaster.journal.VERSION` (see
-        :mod:`appmaster.journal`); it shares nothing with this state.
+        :mod:`appmaster.journal`); it shares nothing with this state. With ``objects``,
+        its plan holds the operators and containers themselves (:func:`~appmaster.journal.plan_objects`):
+        only to be encoded at once, under the master's lock.
         """
         return {"version": journal.VERSION, "app_id": self.app_id, "attempt": self.attempt,
                 "start_window_millis": self.start_window_millis, "committed": self.committed,
-                "plan": journal.plan_to_doc(self.plan),
+                "plan": journal.plan_objects(self.plan) if objects else journal.plan_to_doc(self.plan),
                 "shutdown_operators": [[w, list(ids)] for w, ids in sorted(self.shutdown_operators.items())],
                 "state": self.state, "diagnostics": self.diagnostics,
                 "started_millis": self.started_millis, "removed": [dict(r) for r in self.removed],

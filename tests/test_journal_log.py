@@ -301,3 +301,17 @@ def test_a_compactor_never_puts_its_snapshot_in_the_place_of_a_newer_one(tmp_pat
                             capture_output=True, text=True, timeout=60)
     assert orphan.returncode == 1 and "has ended: no compaction" in orphan.stderr
     assert journal.read_journal(app_path)["log_generation"] == generation + 1
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_snapshot_of_the_plans_objects_is_the_bytes_of_its_documents(tmp_path, seed) -> None:
+    """The writer encodes the operators and containers themselves (orjson writes their fields):
+    the same bytes as their documents, after every event of a drawn application, and through the
+    standard encoder too (an integer past 64 bits in a property)."""
+    for step, (state, _, _) in enumerate(_drive(seed, 40, f"file://{tmp_path}/app")):
+        assert journal.encode(state.snapshot(objects=True)) == journal.encode(state.snapshot()), step
+    op = next(iter(state.plan.operators.values()))
+    op.properties = {**op.properties, "huge": 1 << 70}
+    slow = journal.encode(state.snapshot(objects=True))
+    assert slow == journal.encode(state.snapshot()) and json.loads(slow)["plan"]["operators"][0]["properties"]["huge"] \
+        == 1 << 70
