@@ -3,8 +3,8 @@
 :class:`~appmaster.journallog.JournalWriter` appends what changed to
 ``journal/log-<g>`` and, once the log is long, starts ``log-<g+1>`` and hands
 the old pair to this module: ``python -m appmaster.compactor APP_PATH G``
-reads snapshot g, replays log g (:func:`~appmaster.journallog.replay`) and
-writes the result as snapshot g+1 (``fs.replace_file``: one complete version
+reads snapshot g, replays log g and writes the result as snapshot g+1
+(:func:`~appmaster.journallog.compact`) (``fs.replace_file``: one complete version
 or the other is always there). The master meanwhile goes on appending to log
 g+1; until the new snapshot is in place a reader replays both logs
 (:func:`~appmaster.journallog.read_journal`).
@@ -21,54 +21,12 @@ import logging
 import os
 import subprocess
 import sys
-from typing import Protocol
 
-from appmaster import journal
-from container import fs
+from appmaster.journallog import Compaction, compact
 
-__all__ = ["compact", "Compaction", "start", "run_inline"]
+__all__ = ["start"]
 
 log = logging.getLogger("appmaster.journal")
-
-
-def compact(app_path: str, generation: int) -> int:
-    """Write snapshot ``generation + 1``: snapshot ``generation`` with its log replayed; its bytes.
-
-    Raises
-    ------
-    ValueError
-        The snapshot in place is not of ``generation`` (the master wrote another meanwhile).
-    OSError
-        It could not be read or written (nothing was replaced).
-    appmaster.journal.JournalVersionError
-        The snapshot or a line of the log is not a journal this stram reads.
-    """
-    from appmaster.journallog import log_uri, replay
-
-    target = journal.journal_uri(app_path)
-    path = fs.local_path(target)
-    before = _identity(path)
-    doc = journal.read_journal(app_path)
-    if doc is None or int(doc.get("log_generation") or 0) != generation:
-        found = None if doc is None else doc.get("log_generation")
-        raise ValueError(f"the journal's snapshot is of generation {found}, not {generation}")
-    uri = log_uri(app_path, generation)
-    if fs.exists(uri):
-        doc = replay(doc, fs.read_bytes(uri))
-    doc["log_generation"] = generation + 1
-    data = journal.encode(doc)
-    if _identity(path) != before:  # a master wrote a snapshot of its own meanwhile: it is newer
-        raise ValueError("the journal's snapshot was replaced while it was being compacted")
-    fs.replace_file(target, data)
-    return len(data)
-
-
-def _identity(path: str | None) -> tuple[int, int] | None:
-    """The inode and modification time of a local file (a replaced file is a new inode)."""
-    if path is None:
-        return None
-    st = os.stat(path)
-    return st.st_ino, st.st_mtime_ns
 
 
 def _die_with_parent(parent: int) -> bool:
@@ -85,16 +43,6 @@ def _die_with_parent(parent: int) -> bool:
     return os.getppid() == parent
 
 
-class Compaction(Protocol):
-    """A compaction under way: :class:`subprocess.Popen`'s ``poll``, ``kill`` and ``wait``."""
-
-    def poll(self) -> int | None: ...
-
-    def kill(self) -> None: ...
-
-    def wait(self, timeout: float | None = None) -> int: ...
-
-
 def start(app_path: str, generation: int) -> Compaction:
     """Compact ``generation`` in a new process (exit code 0 once snapshot ``generation + 1`` is in place)."""
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -102,32 +50,6 @@ def start(app_path: str, generation: int) -> Compaction:
     return subprocess.Popen([sys.executable, "-m", "appmaster.compactor", app_path, str(generation),
                              str(os.getpid())],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env)
-
-
-class _Done:
-    """A compaction that has ended (:func:`run_inline`)."""
-
-    def __init__(self, code: int) -> None:
-        self.code = code
-
-    def poll(self) -> int:
-        return self.code
-
-    def kill(self) -> None:
-        pass
-
-    def wait(self, timeout: float | None = None) -> int:
-        return self.code
-
-
-def run_inline(app_path: str, generation: int) -> Compaction:
-    """Compact ``generation`` in this thread, before returning (tests, and where no process may start)."""
-    try:
-        compact(app_path, generation)
-        return _Done(0)
-    except Exception:  # noqa: BLE001 - reported as the process would report it: an exit code
-        log.exception("the compaction of the journal's generation %d failed", generation)
-        return _Done(1)
 
 
 def main(argv: list[str]) -> int:

@@ -38,17 +38,15 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from appmaster import changes, journal
-from appmaster.compactor import Compaction
-from appmaster.compactor import start as compactor_process
 from appmaster.plan import PTContainer, PTOperator
 from container import apppath, fs
 
 log = logging.getLogger("appmaster.journal")
 
-__all__ = ["JournalWriter", "read_journal", "replay", "log_uri", "top_doc"]
+__all__ = ["JournalWriter", "read_journal", "replay", "log_uri", "top_doc", "compact", "compact_here", "Compaction"]
 
 def log_uri(app_path: str, generation: int) -> str:
     """The log of the snapshot of ``generation``."""
@@ -91,14 +89,17 @@ class JournalWriter:
     generation:
         The generation of the journal found at start (0: none); the first write is a
         snapshot of the next one.
+    compactor:
+        Starts the compaction of a generation (:class:`Compaction`); default :func:`compact_here`.
     """
 
     def __init__(self, app_path: str, generation: int = 0,
-                 compactor: Callable[[str, int], Compaction] = compactor_process) -> None:
+                 compactor: Callable[[str, int], Compaction] | None = None) -> None:
         self.app_path = app_path
         self.generation = generation
-        #: Starts a compaction (:func:`appmaster.compactor.start`: another process).
-        self.compactor = compactor
+        #: Starts a compaction (the master's: :func:`appmaster.compactor.start`, another process;
+        #: by default :func:`compact_here`, in this thread).
+        self.compactor = compactor or compact_here
         #: The compaction under way: snapshot ``generation - 1`` and its log becoming snapshot ``generation``.
         self._compacting: Compaction | None = None
         #: Bytes of log after which the next write is a snapshot (at least twice the snapshot).
@@ -370,3 +371,80 @@ def read_journal(app_path: str) -> dict[str, Any] | None:
             doc = replay(doc, fs.read_bytes(uri))
             doc["log_generation"] = generation + 1
     return doc
+
+
+# ---------------------------------------------------------------- compaction
+
+def compact(app_path: str, generation: int) -> int:
+    """Write snapshot ``generation + 1``: snapshot ``generation`` with its log replayed; its bytes.
+
+    Raises
+    ------
+    ValueError
+        The snapshot in place is not of ``generation`` (the master wrote another meanwhile).
+    OSError
+        It could not be read or written (nothing was replaced).
+    appmaster.journal.JournalVersionError
+        The snapshot or a line of the log is not a journal this stram reads.
+    """
+    target = journal.journal_uri(app_path)
+    path = fs.local_path(target)
+    before = _identity(path)
+    doc = journal.read_journal(app_path)
+    if doc is None or int(doc.get("log_generation") or 0) != generation:
+        found = None if doc is None else doc.get("log_generation")
+        raise ValueError(f"the journal's snapshot is of generation {found}, not {generation}")
+    uri = log_uri(app_path, generation)
+    if fs.exists(uri):
+        doc = replay(doc, fs.read_bytes(uri))
+    doc["log_generation"] = generation + 1
+    data = journal.encode(doc)
+    if _identity(path) != before:  # a master wrote a snapshot of its own meanwhile: it is newer
+        raise ValueError("the journal's snapshot was replaced while it was being compacted")
+    fs.replace_file(target, data)
+    return len(data)
+
+
+def _identity(path: str | None) -> tuple[int, int] | None:
+    """The inode and modification time of a local file (a replaced file is a new inode)."""
+    if path is None:
+        return None
+    st = os.stat(path)
+    return st.st_ino, st.st_mtime_ns
+
+
+class Compaction(Protocol):
+    """A compaction under way: :class:`subprocess.Popen`'s ``poll``, ``kill`` and ``wait``."""
+
+    def poll(self) -> int | None: ...
+
+    def kill(self) -> None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+class _Done:
+    """A compaction that has ended (:func:`compact_here`)."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+    def poll(self) -> int:
+        return self.code
+
+    def kill(self) -> None:
+        pass
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.code
+
+
+def compact_here(app_path: str, generation: int) -> Compaction:
+    """Compact ``generation`` in this thread, before returning (a writer's default; the master's
+    starts :mod:`appmaster.compactor`)."""
+    try:
+        compact(app_path, generation)
+        return _Done(0)
+    except Exception:  # noqa: BLE001 - reported as the process would report it: an exit code
+        log.exception("the compaction of the journal's generation %d failed", generation)
+        return _Done(1)

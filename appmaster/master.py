@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Any
 
-from appmaster import scaling
+from appmaster import compactor, scaling
 from appmaster.addressfiles import AddressFiles
 from appmaster.credentials import CredentialFiles
 from appmaster.dispatcher import Dispatcher
@@ -73,8 +73,8 @@ class AppMaster(AddressFiles):
             pause_gc()
         now = _now()
         previous = read_journal(app_path)  # JournalVersionError: one this stram cannot read
-        #: Snapshots and the log of what changed between them (:mod:`appmaster.journallog`).
-        self.journal_writer = JournalWriter(app_path, previous["log_generation"] if previous else 0)
+        #: Snapshots and the log of what changed between them (:mod:`appmaster.journallog`), compacted apart.
+        self.journal_writer = JournalWriter(app_path, (previous or {}).get("log_generation", 0), compactor.start)
         if previous is not None:
             self.state = MasterState.restore(spec, previous, app_path, token, now)
         else:

@@ -61,7 +61,7 @@ def _drive(seed: int, events: int, app_path: str, compact: int | None = None):
     rng = random.Random(seed)
     text = random_spec(rng)
     state = new_state(text)
-    writer = journallog.JournalWriter(app_path, compactor=compactor.run_inline)
+    writer = journallog.JournalWriter(app_path, compactor=journallog.compact_here)
     if compact is not None:
         writer.min_compact_bytes = writer.compact_bytes = compact
         writer.compact_ratio = 0.0
@@ -166,7 +166,7 @@ def test_a_compaction_that_fails_is_followed_by_a_snapshot_of_the_live_state(tmp
     def no_space(uri: str, data: bytes) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(compactor.fs, "replace_file", no_space)
+    monkeypatch.setattr(journallog.fs, "replace_file", no_space)
     next(iter(state.plan.operators.values())).restarts += 1
     assert writer.write(state) > 0
     monkeypatch.undo()
@@ -291,9 +291,9 @@ def test_a_compactor_never_puts_its_snapshot_in_the_place_of_a_newer_one(tmp_pat
         writer.write(state)
         return doc
 
-    monkeypatch.setattr(compactor.journal, "read_journal", read_then_master_writes)
+    monkeypatch.setattr(journallog.journal, "read_journal", read_then_master_writes)
     with pytest.raises(ValueError, match="replaced while it was being compacted"):
-        compactor.compact(app_path, generation)
+        journallog.compact(app_path, generation)
     monkeypatch.undo()
     assert journal.read_journal(app_path)["log_generation"] == generation + 1  # the master's
     assert _read(app_path) == _live(state)
