@@ -2,6 +2,7 @@
 
     python bench/profile_heartbeats.py --containers 500 --operators 10 --rounds 5 [--profile]
     python bench/profile_heartbeats.py --wide 250 --operators 3    # one connected application
+    python bench/profile_heartbeats.py --containers 2000 --operators 10 --rounds 2 --reads
 
 Plans the harness's application (bench/bench_heartbeats.py), then handles
 ``--rounds`` heartbeats of every container (simulated as the harness's agents
@@ -11,7 +12,8 @@ first round (deploys, the first snapshot) and the CPU milliseconds per
 heartbeat of the later rounds, also apart for the heartbeats that report a
 saved checkpoint (``checkpoint_ms_per_hb``: every operator's checkpoint moves
 its recovery checkpoint, the committed window and the journal) and the others
-(``plain_ms_per_hb``); ``--profile`` adds the cProfile top functions.
+(``plain_ms_per_hb``); ``--profile`` adds the cProfile top functions; ``--reads`` the CPU time of the operators page's
+steps and of a journal snapshot (:func:`reads`).
 CPU time, not wall time: it holds on a loaded machine.
 
 ``--wide P`` plans one connected application instead of separate chains:
@@ -43,6 +45,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--wide", type=int, metavar="P", help="stages of P partitions, all-to-all (P <= 256)")
+    parser.add_argument("--reads", action="store_true",
+                        help="also time, after the rounds, what the admin API and the journal's snapshot cost "
+                             "the master's interpreter (median CPU ms of 5)")
     args = parser.parse_args()
     import proto
     from appmaster.spec import AppSpec
@@ -112,9 +117,47 @@ def main() -> int:
           f"committed_windows={state.committed - state.initial_window} "
           + " ".join(f"{name}_ms_per_hb={1000 * cpu / n:.3f} {name}_heartbeats={n}"
                      for name, (cpu, n) in (("plain", by_kind[False]), ("checkpoint", by_kind[True])) if n))
+    if args.reads:
+        print(" ".join(f"{name}_ms={ms:.1f}" for name, ms in reads(state).items()))
     if args.profile:
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
     return 0
+
+
+def reads(state) -> dict[str, float]:  # noqa: ANN001
+    """CPU milliseconds (median of 5) of the operators page's steps and of a journal snapshot's encoding:
+    ``copies_ms`` (what the page copies under the master's lock), ``rows_orjson_ms`` (the copies as
+    dicts, encoded by orjson: the page before OperatorPage, and the ``snapshot`` page's way),
+    ``operator_page_ms`` (OperatorPage, the page now), ``snapshot_docs_ms`` (the journal's document
+    made of field dicts, encoded) and ``snapshot_objects_ms`` (the plan's objects encoded as they are,
+    the journal's snapshot now)."""
+    import statistics
+
+    import orjson
+
+    from appmaster import journal
+    from appmaster.pagejson import OperatorPage
+    from appmaster.reports import operator_rows
+
+    page = OperatorPage()
+    copies = state.operator_copies()
+    page.rows(copies)  # its fixed fields, encoded once for good
+    steps = {
+        "copies": lambda: state.operator_copies(),
+        "rows_orjson": lambda: orjson.dumps(operator_rows(copies), option=orjson.OPT_SORT_KEYS),
+        "operator_page": lambda: page.rows(copies),
+        "snapshot_docs": lambda: journal.encode(state.snapshot()),
+        "snapshot_objects": lambda: journal.encode(state.snapshot(objects=True)),
+    }
+    out = {}
+    for name, step in steps.items():
+        times = []
+        for _ in range(5):
+            c0 = time.process_time()
+            step()
+            times.append(1000 * (time.process_time() - c0))
+        out[name] = statistics.median(times)
+    return out
 
 
 def wide_yaml(partitions: int, stages: int) -> str:

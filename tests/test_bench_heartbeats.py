@@ -149,3 +149,17 @@ def test_the_agents_encoded_heartbeats_parse_to_the_message_the_protobuf_library
         checkpoints += sum(len(o.saved_checkpoints) for o in got.container_stats.operators)
     assert built.ops == encoded.ops
     assert checkpoints or ctx.checkpoint_window_count > 1  # (a case that has none still checks the rest)
+
+
+def test_the_in_process_profile_runs_and_times_the_reads():
+    """bench/profile_heartbeats.py (the master's heartbeat path without gRPC) with ``--reads``: the
+    operators page's steps and the journal snapshot's two encodings are timed."""
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "profile_heartbeats.py"), "--containers", "40",
+                           "--operators", "5", "--rounds", "2", "--reads"],
+                          capture_output=True, text=True, timeout=180, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    figures = dict(item.split("=", 1) for line in lines[-2:] for item in line.split())
+    assert figures["containers"] == "40" and figures["operators"] == "200", figures
+    for key in ("copies_ms", "rows_orjson_ms", "operator_page_ms", "snapshot_docs_ms", "snapshot_objects_ms"):
+        assert float(figures[key]) >= 0, figures
