@@ -89,8 +89,11 @@ def main() -> int:
         if r == 1 and args.profile:
             profiler.enable()
         spent, count, jspent = 0.0, 0, 0.0
-        for cid in list(sims):
-            now += 1000 // len(sims) + 1
+        round_began = now
+        for i, cid in enumerate(list(sims)):
+            # a second a round, whatever the containers (1 ms apart each made rounds of 2,000 last 2 s:
+            # their heartbeats reported 4 windows of 500 ms, not the 2 of the real harness)
+            now = round_began + 1 + (1000 * i) // len(sims)
             hb = sims[cid].heartbeat(proto, ctxs[cid], now)
             c0 = time.process_time()
             instructions = state.handle(Heartbeat(hb, now))
@@ -107,6 +110,7 @@ def main() -> int:
             (response,) = [i.value for i in instructions if isinstance(i, Reply)]
             for info in response.deploy_request:
                 sims[cid].ops[info.id] = info.checkpoint.window_id
+        now = round_began + 1000
         rounds.append(1000 * spent / count)
         jrounds.append(1000 * jspent / count)
     profiler.disable()
