@@ -21,12 +21,16 @@ class BlastSource(InputOperator):
     arrow: bool = False
     #: Emit each call's strings with one ``emit_batch`` (a batch operator) instead of ``emit`` on each.
     batched: bool = False
-    transient = ("_payload", "_fresh")
+    #: Arrow: cycle through this many distinct batches made at setup instead of copying each into
+    #: new memory (0): the transfer path alone, without the source's allocation of fresh pages.
+    ring: int = 0
+    transient = ("_payload", "_fresh", "_ring")
 
     def __init__(self) -> None:
         self.sent = 0
         self._payload: Any = None
         self._fresh: Any = None
+        self._ring: Any = None
 
     def setup(self, context) -> None:
         # distinct string objects, so pickle cannot shrink a batch by memoizing repeats
@@ -35,6 +39,9 @@ class BlastSource(InputOperator):
             import pyarrow as pa
             self._payload = pa.RecordBatch.from_pydict({"v": pool})
             self._fresh = _fresh_copier(self._payload)
+            if self.ring:
+                ring = [self._fresh() for _ in range(self.ring)]
+                self._fresh = lambda: ring[self.sent // self.batch % len(ring)]
         else:
             self._payload = pool
 

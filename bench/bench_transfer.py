@@ -8,7 +8,10 @@ BlastSource feeding a CountSink (per-tuple operators, then batch operators:
 ``emit_batch`` and ``process_batch``) over THREAD_LOCAL, CONTAINER_LOCAL and
 separate-container (buffer server) streams, for 64-byte and 4 KiB strings and
 Arrow batches of 64-byte rows (1,000 and 10,000 to a batch, each in new
-memory, as a real source makes them), and prints tuples/s and the containers'
+memory, as a real source makes them; and 10,000 to a batch from a ring of 64
+distinct batches, 41 MB, more than the caches hold: the transfer path alone,
+since a source that copies each batch into new pages spends most of its thread
+on that, 56% of its samples at 10,000 rows), and prints tuples/s and the containers'
 peak RSS. Rates are measured at the sink, from its first to its last tuple. For
 4 KiB strings and Arrow rows the rate in MB/s is printed beside plain TCP on
 127.0.0.1 between two Python processes (sending and receiving in the buffer
@@ -54,7 +57,7 @@ name: bench-{name}
 attributes: {{STREAMING_WINDOW_SIZE_MILLIS: 200, HEARTBEAT_INTERVAL_MILLIS: 500, CHECKPOINT_WINDOW_COUNT: {checkpoint},
              BUFFER_MEMORY_MB: {memory_mb}, TLS: {tls}}}
 operators:
-  source: {{class: "bench.bench_ops:BlastSource", properties: {{count: {count}, size: {size}, arrow: {arrow}, batch: {batch}, batched: {batched}}}}}
+  source: {{class: "bench.bench_ops:BlastSource", properties: {{count: {count}, size: {size}, arrow: {arrow}, batch: {batch}, batched: {batched}, ring: {ring}}}}}
   sink: {{class: "bench.bench_ops:{sink}", properties: {{result: "{result}"}}}}
 streams:
   s: {{from: source.output, to: [sink.input]{locality}{codec}}}
@@ -82,16 +85,17 @@ def peak_rss(app_home: str, stop: threading.Event, out: dict) -> None:
 
 
 def run(name: str, count: int, size: int, locality: str | None, arrow: bool = False,
-        batched: bool = False, rows: int = 1000, tls: bool = False, checkpoint: int = NO_CHECKPOINT,
+        batched: bool = False, rows: int = 1000, ring: int = 0, tls: bool = False, checkpoint: int = NO_CHECKPOINT,
         memory: int = SPILL_ABOVE) -> dict:
-    """One application moving ``count`` tuples of ``size`` bytes (Arrow: ``rows`` to a record batch)."""
+    """One application moving ``count`` tuples of ``size`` bytes (Arrow: ``rows`` to a record batch;
+    ``ring``: the source cycles through that many distinct batches, else it makes each anew)."""
     home = tempfile.mkdtemp(prefix="stram-bench-")
     result = os.path.join(home, "result.json")
     spec = os.path.join(home, "spec.yaml")
     with open(spec, "w") as f:
         f.write(SPEC.format(name=name, memory_mb=memory >> 20, count=count, size=size, checkpoint=checkpoint,
                             arrow=str(arrow).lower(),
-                            batch=rows if arrow else 4096, result=result, batched=str(batched).lower(),
+                            batch=rows if arrow else 4096, result=result, batched=str(batched).lower(), ring=ring,
                             sink="RowCountSink" if arrow else "BatchCountSink" if batched else "CountSink",
                             locality=f", locality: {locality}" if locality else "",
                             codec=", codec: arrow" if arrow else "", tls=str(tls).lower()))
@@ -189,6 +193,9 @@ def main() -> None:
         ("buffer server Arrow 64B rows", n * 4, 64, None, True),
         # Spark's default Arrow batch (spark.sql.execution.arrow.maxRecordsPerBatch)
         ("buffer server Arrow 10k rows", n * 4, 64, None, True, False, 10_000),
+        # the transfer path alone: 64 distinct batches (41 MB, more than the caches) sent in turn,
+        # so the source allocates no new pages (a fresh batch each time costs it most of its thread)
+        ("buffer server Arrow 10k rows, ring", n * 4, 64, None, True, False, 10_000, 64),
         # batch operators at both ends (emit_batch, process_batch)
         ("THREAD_LOCAL 64B batch ops", n * 4, 64, "THREAD_LOCAL", False, True),
         ("CONTAINER_LOCAL 64B batch ops", n * 4, 64, "CONTAINER_LOCAL", False, True),
