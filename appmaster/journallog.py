@@ -221,7 +221,14 @@ class JournalWriter:
         self._close()
         self.generation = old + 1
         self._log_bytes = 0
-        self._compacting = self.compactor(self.app_path, old)
+        try:
+            self._compacting = self.compactor(self.app_path, old)
+        except Exception as exc:  # noqa: BLE001 - no process (out of memory, say): a snapshot instead
+            log.warning("could not start the compaction of the journal's generation %d (%s): the next "
+                        "write is a snapshot of the master's state", old, exc)
+            self._old_logs.add(old)
+            self._plan = None
+            return
         self._reap()
 
     def _reap(self) -> None:

@@ -315,3 +315,28 @@ def test_a_snapshot_of_the_plans_objects_is_the_bytes_of_its_documents(tmp_path,
     slow = journal.encode(state.snapshot(objects=True))
     assert slow == journal.encode(state.snapshot()) and json.loads(slow)["plan"]["operators"][0]["properties"]["huge"] \
         == 1 << 70
+
+
+def test_a_compactor_that_cannot_start_is_followed_by_a_snapshot_of_the_live_state(tmp_path, caplog) -> None:
+    """No process for the compaction (fork refused): the line goes to the next log, the journal is
+    the live state, and the next write is a snapshot that removes both logs (never a chain of three)."""
+    app_path = f"file://{tmp_path}/app"
+    for state, writer, _ in _drive(13, 300, app_path):
+        if writer.lines >= 3:
+            break
+
+    def refused(path: str, generation: int):
+        raise OSError(12, "Cannot allocate memory")
+
+    writer.compactor = refused
+    writer.compact_bytes = 0
+    generation, snapshots = writer.generation, writer.snapshots
+    next(iter(state.plan.operators.values())).restarts += 1
+    assert writer.write(state) > 0
+    assert "could not start the compaction" in caplog.text
+    assert writer.generation == generation + 1 and _read(app_path) == _live(state)
+    next(iter(state.plan.operators.values())).restarts += 1
+    writer.write(state)
+    assert writer.snapshots == snapshots + 1 and writer.generation == generation + 2
+    assert [n for n in os.listdir(f"{tmp_path}/app/journal") if n.startswith("log-")] == []
+    assert _read(app_path) == _live(state)
