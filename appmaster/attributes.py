@@ -257,6 +257,11 @@ ATTRIBUTES: dict[str, Attribute] = _table(
               "error (false: the application fails, naming it).", _DAG_OP),
     _int("BUFFER_MEMORY_MB", 64,
          "Buffer-server memory per publisher before windows spill to disk.", _DAG),
+    _int("BUFFER_LAG_MB", 64,
+         "Flow control: a publisher waits while a subscriber that is reading is more than this many "
+         "MiB of its stream behind, so a fast upstream runs at its slowest downstream's pace instead of "
+         "filling memory and disk; a subscriber that took nothing for a second holds nobody back.",
+         _DAG, null_means="no flow control"),
     _int("QUEUE_CAPACITY", 32768,
          "Tuples an operator's input queue holds (CONTAINER_LOCAL streams and tuples from the buffer "
          "server; a control tuple counts one, an Arrow record batch its rows) before its upstream "

@@ -55,7 +55,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 SPEC = """
 name: bench-{name}
 attributes: {{STREAMING_WINDOW_SIZE_MILLIS: 200, HEARTBEAT_INTERVAL_MILLIS: 500, CHECKPOINT_WINDOW_COUNT: {checkpoint},
-             BUFFER_MEMORY_MB: {memory_mb}, TLS: {tls}}}
+             BUFFER_MEMORY_MB: {memory_mb}, BUFFER_LAG_MB: {lag_mb}, TLS: {tls}}}
 operators:
   source: {{class: "bench.bench_ops:BlastSource", properties: {{count: {count}, size: {size}, arrow: {arrow}, batch: {batch}, batched: {batched}, ring: {ring}}}}}
   sink: {{class: "bench.bench_ops:{sink}", properties: {{result: "{result}"}}}}
@@ -86,14 +86,15 @@ def peak_rss(app_home: str, stop: threading.Event, out: dict) -> None:
 
 def run(name: str, count: int, size: int, locality: str | None, arrow: bool = False,
         batched: bool = False, rows: int = 1000, ring: int = 0, tls: bool = False, checkpoint: int = NO_CHECKPOINT,
-        memory: int = SPILL_ABOVE) -> dict:
+        memory: int = SPILL_ABOVE, lag_mb: int | None = 64) -> dict:
     """One application moving ``count`` tuples of ``size`` bytes (Arrow: ``rows`` to a record batch;
     ``ring``: the source cycles through that many distinct batches, else it makes each anew)."""
     home = tempfile.mkdtemp(prefix="stram-bench-")
     result = os.path.join(home, "result.json")
     spec = os.path.join(home, "spec.yaml")
     with open(spec, "w") as f:
-        f.write(SPEC.format(name=name, memory_mb=memory >> 20, count=count, size=size, checkpoint=checkpoint,
+        f.write(SPEC.format(name=name, memory_mb=memory >> 20, lag_mb="null" if lag_mb is None else lag_mb,
+                            count=count, size=size, checkpoint=checkpoint,
                             arrow=str(arrow).lower(),
                             batch=rows if arrow else 4096, result=result, batched=str(batched).lower(), ring=ring,
                             sink="RowCountSink" if arrow else "BatchCountSink" if batched else "CountSink",
@@ -177,6 +178,9 @@ def main() -> None:
                              f"(default {NO_CHECKPOINT}: none committed)")
     parser.add_argument("--buffer-memory-mb", type=int, default=SPILL_ABOVE >> 20, metavar="MB",
                         help=f"BUFFER_MEMORY_MB of the applications (default {SPILL_ABOVE >> 20})")
+    parser.add_argument("--lag-mb", type=int, default=64, metavar="MB",
+                        help="BUFFER_LAG_MB, the buffer server's flow control (default 64; 0: none, the publisher "
+                             "runs ahead of its subscriber as far as memory and disk go)")
     args = parser.parse_args()
     n = args.tuples
     memory = args.buffer_memory_mb << 20
@@ -208,7 +212,7 @@ def main() -> None:
     for case in cases:
         if args.only not in case[0]:
             continue
-        r = run(*case, checkpoint=args.checkpoint_windows, memory=memory)
+        r = run(*case, checkpoint=args.checkpoint_windows, memory=memory, lag_mb=args.lag_mb or None)
         ref = apex.get(r["name"])
         ratio = f"{r['rate'] / ref:8.2f}x" if ref else ""
         print(f"{r['name']:<30} {r['tuples']:>11,} {r['rate']:>13,.0f} {ratio:>9}  {r['peak_rss_mb']}", flush=True)

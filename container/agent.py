@@ -111,9 +111,11 @@ class Agent:
         if ctx.deploy_buffer_server:
             spool = os.path.join(self.work_dir, "spool") if self.dag_attribute("BUFFER_SPOOLING") else None
             bind = "127.0.0.1" if self.host in ("127.0.0.1", "localhost") else "0.0.0.0"
+            lag = self.dag_attribute("BUFFER_LAG_MB")  # flow control (None: none)
             self.buffer_server = BufferServer(
                 token=ctx.buffer_server_token, host=bind, port=0,
                 memory_limit_mb=float(self.dag_attribute("BUFFER_MEMORY_MB")), spool_dir=spool,
+                lag_limit_mb=None if lag is None else float(lag),
                 ssl_context=tls.server_context(tls.load_identity(self.app_path)) if self.umbilical.cert else None)
             _, port = self.buffer_server.start()
             self.buffer_address = (self.host, port)

@@ -99,6 +99,9 @@ class BufferServer:
     spool_dir : str, optional
         Where windows beyond the memory limit spill. None: publishers block
         in ``payload`` until a purge frees memory.
+    lag_limit_mb : float, optional
+        Flow control: a publisher waits while a subscriber that is reading is more than this
+        many MiB of its stream behind (:mod:`container.bufferserver.store`). None: never.
     max_frame : int
         Largest frame length accepted; a longer length closes the connection.
     handshake_timeout : float
@@ -115,12 +118,14 @@ class BufferServer:
 
     def __init__(self, token: bytes | str, host: str = "127.0.0.1", port: int = 0,
                  memory_limit_mb: float = 64, spool_dir: str | None = None,
+                 lag_limit_mb: float | None = None,
                  max_frame: int = MAX_FRAME, handshake_timeout: float = 10.0,
                  ssl_context: ssl.SSLContext | None = None) -> None:
         self.token = _as_token(token)
         self.ssl_context = ssl_context
         self.host, self.port = host, port
         self.memory_limit = int(memory_limit_mb * (1 << 20))
+        self.lag_limit = int(lag_limit_mb * (1 << 20)) if lag_limit_mb is not None else None
         self.max_frame = max_frame
         self.handshake_timeout = handshake_timeout
         self.spool_root: str | None = None

@@ -19,6 +19,15 @@ everything after it. Frames are stored exactly as they travel, so sending is a
 whole older units (and, only if that is not enough, the open one) move to an
 append-only spill file per unit.
 
+Flow control: with a lag limit (the server's ``lag_limit``, ``BUFFER_LAG_MB``),
+``payload`` waits while a subscriber that is reading is more than the limit
+behind what was published (in bytes of the stream): a fast publisher runs at
+its slowest reader's pace instead of filling its memory, then its disk, with
+windows nobody has read yet. A subscriber that has taken nothing for
+:data:`STALL_SECONDS` (its container is gone or stuck, or its operator waits for
+another input) holds nobody back: the publisher goes on as without the limit,
+so a stall never becomes a deadlock.
+
 Memory bound: with a spool directory a publisher's in-memory bytes are at
 most the limit whenever a call returns; without one, ``payload`` waits until
 a purge makes room (13-byte control frames are always admitted, and a payload
@@ -39,6 +48,7 @@ import os
 import shutil
 import socket
 import threading
+import time
 from array import array
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -55,6 +65,8 @@ _SEND_BUDGET = 4 << 20                 # bytes a subscriber thread sends per bat
 #: A publisher over its memory limit spills a slice of it at a time (1/8: 64 MB of 512): while it
 #: writes it appends nothing, and a subscriber that keeps up drains what is left in memory.
 SPILL_SLICES = 8
+#: A subscriber that has taken nothing for this long does not hold its publisher back (flow control).
+STALL_SECONDS = 1.0
 
 
 class _Owner(Protocol):
@@ -65,6 +77,7 @@ class _Owner(Protocol):
     """
 
     memory_limit: int
+    lag_limit: int | None
     spool_root: str | None
     _stopping: bool
 
@@ -120,6 +133,7 @@ class _Unit:
     """One window's frames (plus the markers published before it)."""
 
     seq: int                                       #: position in the stream, never reused
+    base: int = 0                                  #: bytes published before it (the stream's offset)
     window: int | None = None                      #: id from BEGIN_WINDOW; None while only markers
     closed: bool = False                           #: END_WINDOW (or a final END_STREAM) stored
     #: in-memory frames after the spilled ones: bytes, or a (header, data) pair for
@@ -151,6 +165,8 @@ class _Sub:
     delivered_to: tuple[int, int] | None = None    #: cursor just after the last frame handed out
     error: str | None = None                       #: fail with this reason (ERROR frame)
     kicked: bool = False                           #: close without ERROR (client may reconnect)
+    unit_off: int = 0                              #: bytes of the cursor's unit handed out before it
+    moved: float = field(default_factory=time.monotonic)  #: when it last took something (or subscribed)
 
 
 class _Stream:
@@ -164,6 +180,8 @@ class _Stream:
         self.seqs = itertools.count()
         self.memory = 0
         self.spilled_bytes = 0
+        self.appended = 0              #: bytes published since the stream began (less what a rewind dropped)
+        self.throttled = 0             #: publishers waiting for a subscriber to catch up (flow control)
         self.generation = 0            #: bumped by every publisher attach and reset
         self.publisher_sock: socket.socket | None = None
         self.open: _Unit | None = None  #: unit receiving frames
@@ -216,6 +234,9 @@ class _Stream:
         if mtype == _PAYLOAD:
             if not self.in_window:
                 raise ProtocolError(f"publisher {self.id!r}: PAYLOAD outside a window")
+            lag = self.server.lag_limit
+            if lag is not None and self.subscribers and self._lagging(lag) is not None:
+                self._throttle(gen, lag)
             if self.memory + size > self.server.memory_limit:
                 self._make_room(gen, size)
             unit = self.open
@@ -226,7 +247,7 @@ class _Stream:
                 raise ProtocolError(f"publisher {self.id!r}: window {window} does not follow {self.last_window}")
             unit = self.open
             if unit is None:
-                unit = self.open = _Unit(next(self.seqs))
+                unit = self.open = _Unit(next(self.seqs), self.appended)
                 self.units.append(unit)
             unit.window = self.last_window = window
             self.in_window = True
@@ -238,11 +259,12 @@ class _Stream:
         else:  # markers and END_STREAM go into the open unit
             unit = self.open
             if unit is None:
-                unit = self.open = _Unit(next(self.seqs))
+                unit = self.open = _Unit(next(self.seqs), self.appended)
                 self.units.append(unit)
         unit.frames.append(frame)
         unit.mem_bytes += size
         self.memory += size
+        self.appended += size
         if mtype == _END or mtype == _END_STREAM:
             unit.closed = True
             self.open = None
@@ -263,6 +285,32 @@ class _Stream:
         while self.memory and self.memory + size > limit:
             self._still_publishing(gen)
             self.cond.wait(0.5)
+            self._still_publishing(gen)
+
+    def _behind(self, sub: _Sub) -> int:
+        """Bytes published that ``sub`` has not taken yet."""
+        u = self._unit_at(sub.seq)
+        if u is None:
+            return 0
+        return self.appended - (u.base + sub.unit_off if u.seq == sub.seq else u.base)
+
+    def _lagging(self, limit: int) -> _Sub | None:
+        """A subscriber still reading that is more than ``limit`` bytes behind (None: none)."""
+        now = time.monotonic()
+        for sub in self.subscribers:
+            if sub.error is None and not sub.kicked and now - sub.moved < STALL_SECONDS \
+                    and self._behind(sub) > limit:
+                return sub
+        return None
+
+    def _throttle(self, gen: int, limit: int) -> None:
+        """Wait (``cond`` let go) until no reading subscriber is more than ``limit`` bytes behind."""
+        while self._lagging(limit) is not None:
+            self.throttled += 1
+            try:
+                self.cond.wait(0.05)
+            finally:
+                self.throttled -= 1
             self._still_publishing(gen)
 
     def _still_publishing(self, gen: int) -> None:
@@ -342,6 +390,8 @@ class _Stream:
                     sub.error = reason
                 elif (sub.seq, sub.index) > boundary:
                     sub.seq, sub.index = boundary
+                    sub.unit_off = 0
+            self.appended = self.units[i].base
             self._drop_units(self.units[i:])
             del self.units[i:]
         self.open = None
@@ -398,19 +448,19 @@ class _Stream:
             if u is None:
                 return ("end", None) if self.ended else None
             if u.seq != sub.seq:
-                sub.seq, sub.index = u.seq, 0
+                sub.seq, sub.index, sub.unit_off = u.seq, 0, 0
             if not sub.passed:
                 if u.window is None:
                     if not u.closed:
                         return None          # markers of a window not yet begun
                 elif u.window < sub.from_window:
-                    sub.seq, sub.index = u.seq + 1, 0
+                    sub.seq, sub.index, sub.unit_off = u.seq + 1, 0, 0
                     continue
                 else:
                     sub.passed = True
             if sub.index >= u.count():
                 if u.closed or u is not self.units[-1]:
-                    sub.seq, sub.index = u.seq + 1, 0
+                    sub.seq, sub.index, sub.unit_off = u.seq + 1, 0, 0
                     continue
                 return None
             first = sub.index
@@ -421,6 +471,7 @@ class _Stream:
                 last = min(max(last, first + 1), u.spilled)
                 sub.index = last
                 sub.delivered_to = (u.seq, last)
+                self._taken(sub, offsets[last] - start)
                 return "file", (u, first, last, offsets[first:last + 1])
             k = first - u.spilled
             frames = u.frames
@@ -430,7 +481,15 @@ class _Stream:
                 j += 1
             sub.index = u.spilled + j
             sub.delivered_to = (u.seq, sub.index)
+            self._taken(sub, total)
             return "mem", frames[k:j]
+
+    def _taken(self, sub: _Sub, size: int) -> None:
+        """``sub`` was handed ``size`` more bytes of its unit: wake a publisher waiting for it."""
+        sub.unit_off += size
+        sub.moved = time.monotonic()
+        if self.throttled:
+            self.cond.notify_all()
 
     def stats(self) -> dict:
         with self.cond:
