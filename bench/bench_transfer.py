@@ -29,7 +29,11 @@ heartbeat intervals (500 ms) after it ends: at 1 GB/s that is more than the
 512 MB a publisher holds in memory, so these paths spill even while windows are
 committed. ``--buffer-memory-mb MB`` sets ``BUFFER_MEMORY_MB`` (2048 holds the
 commit lag of ``--checkpoint-windows 2`` at these rates: the path without
-spilling, beside loopback TCP as before).
+spilling, beside loopback TCP as before). ``--lag-mb MB`` sets ``BUFFER_LAG_MB``,
+the buffer server's flow control (default 64: a publisher stays at most that far
+ahead of a subscriber that reads; 0: none, so a source faster than its sink
+runs ahead, holding or spilling its lead, and finishes first, which leaves the
+sink more of the cores on a small machine).
 
 ``--tls`` runs only the buffer-server paths, each with the application's TLS
 off and on in turn (``R`` rounds, interleaved), and prints the median rates
