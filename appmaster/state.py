@@ -312,7 +312,8 @@ class MasterState(DeployMessages, Recovery, Diagnose, StateReports, Ending):
         if hb.publishers or container.publishers:
             container.publishers = {p.publisher: {"memory_bytes": p.memory_bytes, "spilled_bytes": p.spilled_bytes,
                                                   "windows": p.windows, "first_window": p.first_window,
-                                                  "last_window": p.last_window}
+                                                  "last_window": p.last_window,
+                                                  "throttled_millis": p.throttled_millis}
                                     for p in hb.publishers}
         self._take_stack_trace(container, hb, now)
         reported = set()

@@ -250,7 +250,7 @@ class Agent:
                 publishers.append(proto.PublisherStats(
                     publisher=pub, memory_bytes=st.get("memory_bytes", 0), spilled_bytes=st.get("spilled_bytes", 0),
                     windows=st.get("windows", 0), first_window=st.get("first_window") or 0,
-                    last_window=st.get("last_window") or 0))
+                    last_window=st.get("last_window") or 0, throttled_millis=st.get("throttled_millis", 0)))
         stack_trace = ""
         if self._stack_wanted:
             self._stack_wanted = False

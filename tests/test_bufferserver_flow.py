@@ -83,10 +83,14 @@ def test_a_publisher_runs_at_the_pace_of_a_subscriber_that_reads_slowly(tmp_path
         ids, lead = slow_read(srv, source, pause=0.0015)
         assert ids == expected_ids()
         total = WINDOWS * PER_WINDOW * PAYLOAD
+        waited = srv.stats()["p"]["throttled_millis"]
         if lag_mb is None:  # the publisher was done long before the subscriber (64 MB ahead at most)
             assert lead > total // 2, lead / 2**20
+            assert waited == 0
         else:  # the limit, plus what is in flight: a send batch (4 MiB), socket buffers, the client's frame
             assert lead < (lag_mb + 14) * 2**20, lead / 2**20
+            # it waited for most of the reading (80 ms per 5 MB), and says so
+            assert waited > 300, waited
         print(f"lag limit {lag_mb} MiB: the publisher's largest lead {lead / 2**20:.1f} MiB")
     finally:
         srv.stop()

@@ -77,6 +77,7 @@ def test_buffers_purged_and_old_checkpoints_deleted(tmp_path):
         # every window <= committed - 1 is gone; the oldest one held is newer
         assert stats["windows"] == 0 or stats["first_window"] >= committed - 1, (name, stats, committed)
         assert stats["last_window"] > committed, (name, stats)  # windows after it are kept
+        assert stats["throttled_millis"] >= 0, (name, stats)  # flow control's figure travels with them
     # checkpoints older than each operator's recovery checkpoint are deleted
     recovery = {str(r["id"]): r["recovery_checkpoint"] for r in stram_client.admin(app, "operators")["operators"]}
     time.sleep(1.5)

@@ -174,3 +174,22 @@ def test_a_deploy_request_carries_each_property_as_json_dumps_writes_it():
         info = state.deploy_info(op)
         assert dict(info.properties) == {k: json.dumps(v) for k, v in op.properties.items()}
         assert dict(info.context_attributes) == {k: json.dumps(v) for k, v in op.attributes.items()}
+
+
+def test_a_containers_buffer_server_figures_reach_the_containers_page_flow_control_included():
+    state, ids = started()
+    cid = state.plan.operators[ids["src"]].container
+    hb = proto.ContainerHeartbeat(container_id=cid, buffer_server_host="h", buffer_server_port=1)
+    hb.container_stats.operators.add(node_id=ids["src"], state=proto.OperatorHeartbeat.ACTIVE,
+                                     current_window_id=state.initial_window + 1)
+    hb.publishers.add(publisher=f"{ids['src']}.output", memory_bytes=4096, spilled_bytes=0, windows=3,
+                      first_window=7, last_window=9, throttled_millis=1234)
+    state.heartbeat(hb, T0 + 100)
+    row = next(c for c in state.container_rows() if c["id"] == cid)
+    assert row["buffer_server_publishers"] == {f"{ids['src']}.output": {
+        "memory_bytes": 4096, "spilled_bytes": 0, "windows": 3, "first_window": 7, "last_window": 9,
+        "throttled_millis": 1234}}
+    # a heartbeat without publishers (its buffer server holds none now) clears them
+    hb.ClearField("publishers")
+    state.heartbeat(hb, T0 + 200)
+    assert next(c for c in state.container_rows() if c["id"] == cid)["buffer_server_publishers"] == {}

@@ -254,7 +254,8 @@ class BufferServer:
 
     def stats(self) -> dict[str, dict]:
         """Per publisher id: ``memory_bytes``, ``spilled_bytes``, ``windows``,
-        ``first_window``, ``last_window`` (None when empty), ``subscribers``, ``publishing``."""
+        ``first_window``, ``last_window`` (None when empty), ``subscribers``, ``publishing``,
+        ``throttled_millis`` (how long its publisher waited for a subscriber: flow control)."""
         with self._lock:
             streams = list(self._streams.items())
         return {k: s.stats() for k, s in streams}

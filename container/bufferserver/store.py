@@ -182,6 +182,7 @@ class _Stream:
         self.spilled_bytes = 0
         self.appended = 0              #: bytes published since the stream began (less what a rewind dropped)
         self.throttled = 0             #: publishers waiting for a subscriber to catch up (flow control)
+        self.throttled_seconds = 0.0   #: how long they waited, in all
         self.generation = 0            #: bumped by every publisher attach and reset
         self.publisher_sock: socket.socket | None = None
         self.open: _Unit | None = None  #: unit receiving frames
@@ -307,10 +308,12 @@ class _Stream:
         """Wait (``cond`` let go) until no reading subscriber is more than ``limit`` bytes behind."""
         while self._lagging(limit) is not None:
             self.throttled += 1
+            began = time.monotonic()
             try:
                 self.cond.wait(0.05)
             finally:
                 self.throttled -= 1
+                self.throttled_seconds += time.monotonic() - began
             self._still_publishing(gen)
 
     def _still_publishing(self, gen: int) -> None:
@@ -499,7 +502,8 @@ class _Stream:
                     "first_window": windows[0] if windows else None,
                     "last_window": windows[-1] if windows else None,
                     "subscribers": len(self.subscribers),
-                    "publishing": self.publishing}
+                    "publishing": self.publishing,
+                    "throttled_millis": int(self.throttled_seconds * 1000)}
 
 
 # --------------------------------------------------------------------------- in-process publisher
