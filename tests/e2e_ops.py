@@ -218,12 +218,14 @@ class Sleeper(Operator):
 
 class ArrowRows(InputOperator):
     """Emits ``total`` rows ``(id, name)`` as ``pyarrow.RecordBatch`` tuples of ``rows`` rows:
-    ``id`` counts up from 0, ``name`` is ``"n<id>"`` padded to ``width`` characters."""
+    ``id`` counts up from 0, ``name`` is ``"n<id>"`` padded to ``width`` characters; with
+    ``release_file``, nothing until that file exists."""
 
     output = OutputPort()
     total: int = 100_000
     rows: int = 1000
     width: int = 60
+    release_file: str = ""
 
     def __init__(self) -> None:
         self.sent = 0
@@ -233,6 +235,9 @@ class ArrowRows(InputOperator):
 
         if self.sent >= self.total:
             raise ShutdownException("done")
+        if self.release_file and not os.path.exists(self.release_file):
+            time.sleep(0.01)
+            return
         ids = range(self.sent, min(self.sent + self.rows, self.total))
         self.output.emit(pa.record_batch({"id": pa.array(ids, pa.int64()),
                                           "name": [f"n{i}".ljust(self.width, ".") for i in ids]}))
@@ -261,3 +266,13 @@ class ArrowDigest(Operator):
     def end_window(self) -> None:
         with open(self.path, "w") as f:
             f.write(json.dumps({"rows": self.rows, "ids": self.ids, "chars": self.chars, "crc": self.crc}))
+
+
+class SlowArrowDigest(ArrowDigest):
+    """:class:`ArrowDigest` that takes ``seconds`` over each batch: a downstream slower than its source."""
+
+    seconds: float = 0.01
+
+    def process_input(self, batch) -> None:  # noqa: A002
+        time.sleep(self.seconds)
+        super().process_input(batch)

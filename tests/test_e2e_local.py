@@ -12,7 +12,7 @@ import time
 import pytest
 
 from conftest import ROOT, read_counts, word_truth
-from e2ekit import app_processes, launch_detached, running_operators, wait_until
+from e2ekit import admin, app_processes, launch_detached, running_operators, wait_final, wait_until
 from scripts import cli
 from appmaster import apps as stram_apps
 
@@ -160,3 +160,55 @@ def test_duration_shuts_down_gracefully(tmp_path, capsys):
     assert time.monotonic() - started < 60
     sums, maxima, rows = read_counts(out)
     assert rows and all(maxima[k] == sums[k] for k in sums)  # a clean prefix, exact totals
+
+
+@pytest.mark.parametrize("lag_mb", [1, None])
+def test_a_source_faster_than_its_downstream_waits_for_it_and_says_so(tmp_path, lag_mb):
+    """Flow control between real containers: with BUFFER_LAG_MB the source's publisher waits for the
+    slow digest (``throttled_millis`` in the containers API grows); without it, it never waits. Every
+    row arrives once either way."""
+    import zlib
+
+    # 500 batches of about 200 KB, 100 MB: well past what the kernel's socket buffers take in flight
+    # (a receive buffer grows to tcp_rmem's largest, 32 MB here) besides the 1 MB of lag
+    total, width = 500_000, 200
+    spec = tmp_path / "flow.yaml"
+    digest = tmp_path / "digest.json"
+    release = tmp_path / "release"
+    spec.write_text(f"""
+name: flow-e2e
+attributes: {{STREAMING_WINDOW_SIZE_MILLIS: 200, HEARTBEAT_INTERVAL_MILLIS: 200, BUFFER_MEMORY_MB: 512,
+             BUFFER_LAG_MB: {"null" if lag_mb is None else lag_mb}}}
+operators:
+  rows: {{class: "tests.e2e_ops:ArrowRows", properties: {{total: {total}, rows: 1000, width: {width},
+                                                        release_file: "{release}"}}}}
+  digest: {{class: "tests.e2e_ops:SlowArrowDigest", properties: {{path: "{digest}", seconds: 0.004}},
+           attributes: {{QUEUE_CAPACITY: 2000}}}}
+streams:
+  s: {{from: rows.output, to: [digest.input], codec: arrow}}
+""")
+    app_id = launch_detached(str(spec))
+    waited = [0]
+
+    def ended() -> bool:  # meanwhile, the most the source's publisher has said it waited
+        for row in (admin(app_id, "containers") or {}).get("containers", []):
+            for stats in row["buffer_server_publishers"].values():
+                waited[0] = max(waited[0], stats["throttled_millis"])
+        return stram_apps.find_app(app_id).get("state") in stram_apps.TERMINAL
+
+    try:  # the source starts once the digest is deployed (its subscriber connected)
+        wait_until(lambda: running_operators(app_id) == 2, what="both operators running")
+        release.touch()
+        wait_until(ended, timeout=120, what="the application to end", interval=0.1)
+    finally:
+        final = wait_final(app_id, timeout=120)
+    assert final["state"] == "SUCCEEDED", final
+    names = [f"n{i}".ljust(width, ".") for i in range(total)]
+    assert json.loads(digest.read_text()) == {
+        "rows": total, "ids": total * (total - 1) // 2, "chars": sum(map(len, names)),
+        "crc": sum(zlib.crc32(n.encode()) for n in names)}
+    print(f"BUFFER_LAG_MB {lag_mb}: the source waited {waited[0]} ms")
+    if lag_mb is None:
+        assert waited[0] == 0
+    else:  # it held back for much of the digest's 2 s
+        assert waited[0] > 300, waited[0]

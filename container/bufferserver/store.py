@@ -23,7 +23,10 @@ Flow control: with a lag limit (the server's ``lag_limit``, ``BUFFER_LAG_MB``),
 ``payload`` waits while a subscriber that is reading is more than the limit
 behind what was published (in bytes of the stream): a fast publisher runs at
 its slowest reader's pace instead of filling its memory, then its disk, with
-windows nobody has read yet. A subscriber that has taken nothing for
+windows nobody has read yet. The lag counts what the server has handed to the
+subscriber's connection: the kernel's socket buffers (a receive buffer grows to
+``tcp_rmem``'s largest on Linux, megabytes) and the subscriber's input queue
+hold more on top of it. A subscriber that has taken nothing for
 :data:`STALL_SECONDS` (its container is gone or stuck, or its operator waits for
 another input) holds nobody back: the publisher goes on as without the limit,
 so a stall never becomes a deadlock.
