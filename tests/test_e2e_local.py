@@ -201,6 +201,8 @@ streams:
         release.touch()
         wait_until(ended, timeout=120, what="the application to end", interval=0.1)
     finally:
+        if stram_apps.find_app(app_id).get("state") not in stram_apps.TERMINAL:
+            cli.main(["kill-app", app_id])  # a failed wait leaves no application behind
         final = wait_final(app_id, timeout=120)
     assert final["state"] == "SUCCEEDED", final
     names = [f"n{i}".ljust(width, ".") for i in range(total)]
