@@ -54,6 +54,8 @@ import time
 
 import psutil
 
+from appmaster.attributes import default as attribute_default
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 SPEC = """
@@ -72,6 +74,8 @@ streams:
 SPILL_ABOVE = 512 << 20
 #: CHECKPOINT_WINDOW_COUNT by default: 200 s of windows, longer than any run (nothing is committed).
 NO_CHECKPOINT = 1000
+#: BUFFER_LAG_MB of the applications unless --lag-mb says otherwise: the attribute's default.
+LAG_MB = attribute_default("BUFFER_LAG_MB")
 
 
 def peak_rss(app_home: str, stop: threading.Event, out: dict) -> None:
@@ -90,7 +94,7 @@ def peak_rss(app_home: str, stop: threading.Event, out: dict) -> None:
 
 def run(name: str, count: int, size: int, locality: str | None, arrow: bool = False,
         batched: bool = False, rows: int = 1000, ring: int = 0, tls: bool = False, checkpoint: int = NO_CHECKPOINT,
-        memory: int = SPILL_ABOVE, lag_mb: int | None = 64) -> dict:
+        memory: int = SPILL_ABOVE, lag_mb: int | None = LAG_MB) -> dict:
     """One application moving ``count`` tuples of ``size`` bytes (Arrow: ``rows`` to a record batch;
     ``ring``: the source cycles through that many distinct batches, else it makes each anew)."""
     home = tempfile.mkdtemp(prefix="stram-bench-")
@@ -182,9 +186,9 @@ def main() -> None:
                              f"(default {NO_CHECKPOINT}: none committed)")
     parser.add_argument("--buffer-memory-mb", type=int, default=SPILL_ABOVE >> 20, metavar="MB",
                         help=f"BUFFER_MEMORY_MB of the applications (default {SPILL_ABOVE >> 20})")
-    parser.add_argument("--lag-mb", type=int, default=64, metavar="MB",
-                        help="BUFFER_LAG_MB, the buffer server's flow control (default 64; 0: none, the publisher "
-                             "runs ahead of its subscriber as far as memory and disk go)")
+    parser.add_argument("--lag-mb", type=int, default=LAG_MB, metavar="MB",
+                        help=f"BUFFER_LAG_MB, the buffer server's flow control (default {LAG_MB}; 0: none, the "
+                             "publisher runs ahead of its subscriber as far as memory and disk go)")
     args = parser.parse_args()
     n = args.tuples
     memory = args.buffer_memory_mb << 20

@@ -238,9 +238,8 @@ class _Stream:
         if mtype == _PAYLOAD:
             if not self.in_window:
                 raise ProtocolError(f"publisher {self.id!r}: PAYLOAD outside a window")
-            lag = self.server.lag_limit
-            if lag is not None and self.subscribers and self._lagging(lag) is not None:
-                self._throttle(gen, lag)
+            if self.server.lag_limit is not None and self.subscribers:
+                self._throttle(gen)
             if self.memory + size > self.server.memory_limit:
                 self._make_room(gen, size)
             unit = self.open
@@ -307,8 +306,9 @@ class _Stream:
                 return sub
         return None
 
-    def _throttle(self, gen: int, limit: int) -> None:
-        """Wait (``cond`` let go) until no reading subscriber is more than ``limit`` bytes behind."""
+    def _throttle(self, gen: int) -> None:
+        """Wait (``cond`` let go) until no reading subscriber is more than the lag limit behind."""
+        limit = self.server.lag_limit
         while self._lagging(limit) is not None:
             self.throttled += 1
             began = time.monotonic()
