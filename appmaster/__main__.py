@@ -1,4 +1,4 @@
-"""``python -m appmaster``: run an application master (locally or as the Skein master script)."""
+"""``python -m stram.master``: run an application master (locally or as the Skein master script)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from container import apppath, fs, kerberos, logsetup
-from container.secret import read_token_file
+from stram.common import apppath, fs, kerberos, logsetup
+from stram.common.secret import read_token_file
 
 if TYPE_CHECKING:
-    from appmaster.launcher import LocalLauncher
+    from stram.master.launch.local import LocalLauncher
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m appmaster", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m stram.master", description=__doc__)
     parser.add_argument("--app-path", default=os.environ.get("STRAM_APP_PATH"),
                         help="application directory URI [env: STRAM_APP_PATH]")
     parser.add_argument("--app-id", default=os.environ.get("STRAM_APP_ID"), help="[env: STRAM_APP_ID]")
@@ -46,17 +46,17 @@ def main(argv: list[str] | None = None) -> int:
     logsetup.configure(os.path.join(log_dir, "master.log"), os.environ.get("STRAM_LOG_LEVEL", "INFO"))
     kerberos.keep_ticket()
     prestarted = _prestart_first_container(args, log_dir)  # its start overlaps this one's imports
-    from appmaster.errors import StramError
-    from appmaster.master import AppMaster, install_signal_handlers
-    from appmaster.spec import AppSpec
+    from stram.common.errors import StramError
+    from stram.master.process.master import AppMaster, install_signal_handlers
+    from stram.master.spec import AppSpec
     try:
         spec_uri = apppath.file(args.app_path, apppath.SPEC)
         spec = AppSpec.from_yaml(fs.read_bytes(spec_uri).decode(), source=spec_uri)
         if args.launcher == "yarn":
-            from appmaster.yarn import YarnLauncher
+            from stram.master.launch.yarn import YarnLauncher
             launcher = YarnLauncher.from_current()
         else:
-            from appmaster.launcher import LocalLauncher
+            from stram.master.launch.local import LocalLauncher
             launcher = prestarted or LocalLauncher(log_dir, app_id=args.app_id)
         master = AppMaster(spec, args.app_id, args.app_path, token, launcher, tune_gc=True)
     except StramError as exc:  # a bad spec, no YARN container, a journal this stram cannot resume from
@@ -88,7 +88,7 @@ def _prestart_first_container(args: argparse.Namespace, log_dir: str) -> LocalLa
     journal = fs.local_path(apppath.journal(args.app_path))
     if journal is None or os.path.exists(journal):
         return None
-    from appmaster.launcher import FIRST_CONTAINER_ID, LocalLauncher, container_request_env
+    from stram.master.launch.local import FIRST_CONTAINER_ID, LocalLauncher, container_request_env
     launcher = LocalLauncher(log_dir, app_id=args.app_id)
     launcher.prestart(FIRST_CONTAINER_ID, container_request_env(FIRST_CONTAINER_ID, args.app_path, args.app_id))
     return launcher

@@ -29,10 +29,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import psutil  # noqa: E402
 
-from container.bufferserver import (  # noqa: E402
-    BufferServer, MessageType, RemotePublisher, Subscriber, purge,
-)
-from container.codec import get_codec  # noqa: E402
+from stram.agent.bufferserver import BufferServer, MessageType, RemotePublisher, Subscriber, purge  # noqa: E402
+from stram.agent.engine.codec import get_codec  # noqa: E402
 
 TOKEN = b"bench-token"
 PUBLISHER_ID = "1.output"

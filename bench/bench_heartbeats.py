@@ -38,7 +38,7 @@ its arrival to its answer inside the master (what its pacer sees), apart from
 the harness and the transport (``steady_master_answer_ms_*``: of the answers
 given once every operator was ACTIVE; beside ``steady_p99_ms`` it tells the
 master's delays from the agents' own); ``interval_ms`` is the heartbeat interval the
-master asked for at the end (:mod:`appmaster.pacing` stretches it while its
+master asked for at the end (:mod:`stram.master.core.pacing` stretches it while its
 answers queue, up to ``--max-interval-ms``; ``--max-interval-ms 1000`` keeps
 it at the configured 1 s).
 
@@ -60,7 +60,7 @@ sent at once after the one that deployed it, as a real agent does. The applicati
 ``$STRAM_HOME/apps/<APP_ID>`` under a temporary ``STRAM_HOME``, with the token
 where ``stram launch`` keeps it, so the real CLI finds it: once every operator
 is ACTIVE, ``list_operators_s`` is the wall time of ``stram list-operators
-APP`` (``python -m scripts.cli``, the ``stram`` entry point, in a new
+APP`` (``python -m stram.client.cli``, the ``stram`` entry point, in a new
 interpreter; its rows in ``list_operators_rows``).
 
 Restart (issue 16, item 4): ``--restart-at S`` SIGKILLs the master after S
@@ -144,9 +144,9 @@ def run_master(app_dir: str, profile: bool, adopt: bool) -> int:
     """
     import logging
 
-    from appmaster.launcher import ContainerRequest, Launcher
-    from appmaster.master import AppMaster
-    from appmaster.spec import AppSpec
+    from stram.master.launch.local import ContainerRequest, Launcher
+    from stram.master.process.master import AppMaster
+    from stram.master.spec import AppSpec
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         filename=os.path.join(app_dir, "master.log"))
@@ -202,7 +202,7 @@ def run_master(app_dir: str, profile: bool, adopt: bool) -> int:
     token = open(os.path.join(sim, "token")).read().strip()
     launcher = heartbeat_master.adopting(FileLauncher)() if adopt else FileLauncher()
     started = time.perf_counter()
-    # the garbage collector tuned as in a master process (python -m appmaster)
+    # the garbage collector tuned as in a master process (python -m stram.master)
     master = AppMaster(spec, APP_ID, f"file://{app_dir}", token, launcher, host="127.0.0.1", tune_gc=True)
     figures: dict[str, Any] = {"plan_seconds": time.perf_counter() - started}
     heartbeat_master.watch(master, sim, figures["plan_seconds"], started)
@@ -265,7 +265,7 @@ def run_master(app_dir: str, profile: bool, adopt: bool) -> int:
         profiler.enable()
 
     def stop(*_: Any) -> None:
-        master.dispatch(__import__("appmaster.events", fromlist=["KillApp"]).KillApp(int(time.time() * 1000)))
+        master.dispatch(__import__("stram.master.core.events", fromlist=["KillApp"]).KillApp(int(time.time() * 1000)))
 
     signal.signal(signal.SIGTERM, stop)
     master.run()
@@ -320,13 +320,13 @@ async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_eve
                   unary: bool = False) -> None:  # noqa: PLR0913
     import grpc
 
-    import proto
+    from stram import wire as proto
     sim = os.path.join(app_dir, SIM)
     token = open(os.path.join(sim, "token")).read().strip()
     umbilical = heartbeat_master.Umbilical(app_dir)
     while not umbilical.connect():
         await asyncio.sleep(0.05)
-    from container.secret import container_credential
+    from stram.common.secret import container_credential
     latencies: list[float] = []
     starts: list[float] = []  # when each call began (wall clock), to tell calls after a restart
     errors: dict[str, int] = {}
@@ -347,7 +347,7 @@ async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_eve
         # each agent presents its own credential, as a real one does (the master checks it per call)
         metadata = ((proto.TOKEN_METADATA_KEY, container_credential(token, c.id)),
                     (proto.CONTAINER_METADATA_KEY, c.id))
-        delay = 0.1  # after UNAVAILABLE: a real agent's backoff (container.agent), doubling up to 2 s
+        delay = 0.1  # after UNAVAILABLE: a real agent's backoff (stram.agent.agent), doubling up to 2 s
         ctx = None
         while ctx is None and not c.ended and time.monotonic() < end:
             try:
@@ -363,7 +363,7 @@ async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_eve
         if ctx is None:
             return
         interval = ctx.heartbeat_interval_millis / 1000
-        # the first heartbeat at once, as container.agent sends it: the containers' moments apart come
+        # the first heartbeat at once, as stram.agent.agent sends it: the containers' moments apart come
         # from when each got its init context (a random wait of up to an interval here put every
         # operator ACTIVE up to a second later than real agents would be)
         stream = None  # as the real agent: heartbeats over one HeartbeatStream call (unary with --unary)
@@ -414,7 +414,7 @@ async def _agents(app_dir: str, index: int, procs: int, seconds: float, lose_eve
                 return
             interval = (response.heartbeat_interval_millis or ctx.heartbeat_interval_millis) / 1000
             if not response.deploy_request:  # a real agent heartbeats again at once after a deploy
-                # and otherwise an interval after it sent the last one (container.agent), not after
+                # and otherwise an interval after it sent the last one (stram.agent.agent), not after
                 # the answer: a slow answer does not move its next heartbeat later
                 await asyncio.sleep(max(0.0, interval - (time.perf_counter() - t0)))
 
@@ -563,7 +563,7 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
         "steady_s": len(by_second), "steady_slow_s": len(slow_seconds), "steady_slow_at": slow_seconds,
         "errors": sum(errors.values()), "error_codes": errors, "first_errors": details, "timeouts": timeouts,
         "master_cpu_pct": round(100 * cpu / wall, 1),
-        # of which its umbilical's front process (appmaster.front; 0: served in the master's own)
+        # of which its umbilical's front process (stram.master.umbilical.front; 0: served in the master's own)
         "front_cpu_pct": round(100 * front_cpu / wall, 1),
         # CPU per heartbeat answered: the master's, and the simulated agents' (the harness, apart)
         "master_ms_per_hb": round(1000 * cpu / answered, 3),

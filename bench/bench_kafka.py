@@ -56,7 +56,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from container.operator import InputPort, Operator, OutputPort  # noqa: E402
+from stram.operator import InputPort, Operator, OutputPort  # noqa: E402
 
 
 class Tag(Operator):
@@ -130,10 +130,10 @@ def run(ck: Any, servers: str, mode: str, n: int, partitions: int, in_topic: str
 name: bench_kafka
 attributes: {{STREAMING_WINDOW_SIZE_MILLIS: 200, CHECKPOINT_WINDOW_COUNT: 5, PROCESSING_MODE: {mode}}}
 operators:
-  reader: {{class: "container.connectors.kafka:KafkaInput", partitions: {partitions},
+  reader: {{class: "stram.connectors.kafka:KafkaInput", partitions: {partitions},
            properties: {{bootstrap_servers: "{servers}", topics: "{in_topic}", stop_at: latest, value_format: str}}}}
   tag: {{class: "bench.bench_kafka:Tag"}}
-  out: {{class: "container.connectors.kafka:KafkaOutput",
+  out: {{class: "stram.connectors.kafka:KafkaOutput",
         properties: {{bootstrap_servers: "{servers}", topic: "{out_topic}", value_format: str}}}}
 streams:
   a: {{from: reader.output, to: [tag.input]}}
@@ -141,7 +141,7 @@ streams:
 """)
         env = dict(os.environ, STRAM_HOME=os.path.join(tmp, "home"), PYTHONPATH=ROOT)
         started = time.monotonic()
-        proc = subprocess.run([sys.executable, "-m", "scripts.cli", "launch", spec], cwd=ROOT, env=env,
+        proc = subprocess.run([sys.executable, "-m", "stram.client.cli", "launch", spec], cwd=ROOT, env=env,
                               capture_output=True, text=True)
         wall = time.monotonic() - started
         if proc.returncode != 0:

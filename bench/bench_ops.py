@@ -6,8 +6,8 @@ import json
 import time
 from typing import Any, Callable
 
-from container.operator import InputOperator, InputPort, Operator, OutputPort, ShutdownException
-from container.operators.io import LineReader
+from stram.operator import InputOperator, InputPort, Operator, OutputPort, ShutdownException
+from stram.operators.io import LineReader
 
 
 class BlastSource(InputOperator):

@@ -28,7 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from container.operator import InputPort, Operator  # noqa: E402
+from stram.operator import InputPort, Operator  # noqa: E402
 
 
 class CountingSink(Operator):
@@ -87,15 +87,16 @@ class BlastSource:
 
 
 def run(label: str, lines: int, line_bytes: int, wal: bool, tmp: str) -> dict[str, Any]:
-    from appmaster import apps as stram_apps, client as stram_client
-    from appmaster.errors import StramError
+    from stram.client import commands as stram_client
+    from stram.common import apps as stram_apps
+    from stram.common.errors import StramError
     source = BlastSource(lines, line_bytes)
     spec = {
         "name": f"bench-receiver-{label}",
         "attributes": {"RECEIVER_WAL": wal, "STREAMING_WINDOW_SIZE_MILLIS": 200,
                        "CHECKPOINT_WINDOW_COUNT": 10, "HEARTBEAT_INTERVAL_MILLIS": 300},
         "operators": {
-            "rx": {"class": "container.receivers:SocketTextReceiver",
+            "rx": {"class": "stram.receivers:SocketTextReceiver",
                    "properties": {"host": "127.0.0.1", "port": source.port}},
             "count": {"class": "bench.bench_receiver:CountingSink", "properties": {"expect": lines}},
         },
@@ -104,7 +105,7 @@ def run(label: str, lines: int, line_bytes: int, wal: bool, tmp: str) -> dict[st
     path = os.path.join(tmp, f"{label}.yaml")
     with open(path, "w") as f:
         json.dump(spec, f)
-    out = subprocess.run([sys.executable, "-m", "scripts.cli", "launch", path, "--detach"],
+    out = subprocess.run([sys.executable, "-m", "stram.client.cli", "launch", path, "--detach"],
                          capture_output=True, text=True, cwd=ROOT, check=True)
     app_id = out.stdout.strip().splitlines()[-1]
     try:
@@ -128,7 +129,7 @@ def run(label: str, lines: int, line_bytes: int, wal: bool, tmp: str) -> dict[st
         raise SystemExit(f"{label}: the count did not reach {lines} lines in 300 s (app {app_id})")
     finally:
         source.close()
-        subprocess.run([sys.executable, "-m", "scripts.cli", "kill-app", app_id],
+        subprocess.run([sys.executable, "-m", "stram.client.cli", "kill-app", app_id],
                        capture_output=True, cwd=ROOT)
 
 

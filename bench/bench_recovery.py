@@ -37,8 +37,8 @@ name: bench-checkpoint-{count}
 attributes: {{STREAMING_WINDOW_SIZE_MILLIS: 100, CHECKPOINT_WINDOW_COUNT: {count}, PROCESSING_MODE: EXACTLY_ONCE}}
 operators:
   reader: {{class: "bench.bench_ops:TimedLineReader", properties: {{path: "{moby}", started_file: "{started}"}}}}
-  split: {{class: "container.operators.text:WordSplitter"}}
-  count: {{class: "container.operators.aggregate:KeyCounter"}}
+  split: {{class: "stram.operators.text:WordSplitter"}}
+  count: {{class: "stram.operators.aggregate:KeyCounter"}}
   sink: {{class: "bench.bench_ops:CountSink", properties: {{result: "{result}"}}}}
 streams:
   lines: {{from: reader.output, to: [split.input], locality: CONTAINER_LOCAL}}
@@ -49,7 +49,7 @@ streams:
 
 def cli(home: str, *args: str, check: bool = True) -> str:
     env = dict(os.environ, STRAM_HOME=home, STRAM_LOG_LEVEL="WARNING")
-    proc = subprocess.run([sys.executable, "-m", "scripts.cli", *args], cwd=ROOT, env=env,
+    proc = subprocess.run([sys.executable, "-m", "stram.client.cli", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True)
     if check and proc.returncode != 0:
         raise RuntimeError(proc.stderr[-2000:])
@@ -59,7 +59,8 @@ def cli(home: str, *args: str, check: bool = True) -> str:
 def recovery_times(kills: int) -> list[float]:
     import psutil
     os.environ["STRAM_HOME"] = home = tempfile.mkdtemp(prefix="stram-bench-rec-")
-    from appmaster import apps as stram_apps, client as stram_client
+    from stram.client import commands as stram_client
+    from stram.common import apps as stram_apps
     app_id = cli(home, "launch", "specs/wordcount.yaml", "--detach", "-D", f"operators.reader.path={MOBY}",
                  "-D", "operators.reader.lines_per_window=20", "-D", "STREAMING_WINDOW_SIZE_MILLIS=100",
                  "-D", "HEARTBEAT_INTERVAL_MILLIS=100", "-D", "CHECKPOINT_WINDOW_COUNT=10",

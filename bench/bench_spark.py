@@ -17,7 +17,7 @@ For every offered rate it runs, on this machine and one after the other:
 Both run the same aggregation (:func:`specs.clickstream_pipeline.aggregate`,
 page views and distinct users per page per ``--window`` seconds with an equal
 watermark) into a Parquet file sink, with the same Spark settings
-(:func:`container.spark.get_session`) and a 500 ms trigger. A window's row can
+(:func:`stram.spark.get_session`) and a 500 ms trigger. A window's row can
 only appear once an event ``watermark`` seconds past the window's end was
 emitted; *latency* is the time from that event's emission to the row being
 committed in the sink (the sink log's file time). *Sustained events/s* is the
@@ -44,8 +44,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from container import fs  # noqa: E402
 from specs.clickstream_ops import events, flush_line  # noqa: E402
+from stram.common import fs  # noqa: E402
 
 #: Lines in the logs: ``<ISO time> user=u00042 page=/p/007 action=view agent=Mozilla/5.0``.
 LINE_PATTERN = r"^(\S+) user=(\S+) page=(\S+) action=(\S+) agent=(\S+)$"
@@ -116,7 +116,7 @@ def analyze(path: str, rate: float, warmup: float, watermark: float, stream_star
 def run_stram(rate: int, seconds: float, warmup: float, window: int, out: str) -> dict:
     total = int(rate * (warmup + seconds))
     options = json.dumps({"window": f"{window} seconds", "watermark": f"{window} seconds"})
-    cmd = [sys.executable, "-m", "scripts.cli", "launch", "specs/clickstream.yaml",
+    cmd = [sys.executable, "-m", "stram.client.cli", "launch", "specs/clickstream.yaml",
            "-D", f"operators.analytics.output_path={out}", "-D", f"operators.analytics.options={options}",
            "-D", f"operators.clicks.rate={rate}", "-D", f"operators.clicks.events={total}",
            "-D", "operators.clicks.start_time=null", "-D", "operators.clicks.lateness=0",
@@ -160,8 +160,8 @@ def _write_files(directory: str, rate: int, total: int, start: float) -> None:
 def run_plain(rate: int, seconds: float, warmup: float, window: int, out: str, work: str) -> dict:
     from pyspark.sql import functions as F
 
-    from container.spark import get_session
     from specs.clickstream_pipeline import aggregate
+    from stram.spark import get_session
 
     started = time.time()
     spark = get_session(app_name="bench-plain")

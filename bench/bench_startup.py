@@ -56,7 +56,7 @@ attributes:
   STREAMING_WINDOW_SIZE_MILLIS: 200
 operators:
   reader:
-    class: container.operators.io:LineReader
+    class: stram.operators.io:LineReader
     properties: {{path: {text}, lines_per_window: {per_window}}}
   probe:
     class: bench_ops:FirstWindowSink
@@ -86,7 +86,7 @@ def run_once(root: pathlib.Path, lines: int, windows: int, layout: str = "one") 
                                 locality=LOCALITY[layout]))
         env = dict(os.environ, STRAM_HOME=home, PYTHONPATH=f"{root}{os.pathsep}{ROOT / 'bench'}")
         started = time.time()
-        proc = subprocess.run([sys.executable, "-m", "scripts.cli", "launch", spec], cwd=root, env=env,
+        proc = subprocess.run([sys.executable, "-m", "stram.client.cli", "launch", spec], cwd=root, env=env,
                               capture_output=True, text=True)
         returned = time.time()
         if proc.returncode != 0:

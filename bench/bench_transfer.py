@@ -54,7 +54,7 @@ import time
 
 import psutil
 
-from appmaster.attributes import default as attribute_default
+from stram.common.attributes import default as attribute_default
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -113,7 +113,7 @@ def run(name: str, count: int, size: int, locality: str | None, arrow: bool = Fa
     stop = threading.Event()
     sampler = threading.Thread(target=peak_rss, args=(home, stop, rss), daemon=True)
     sampler.start()
-    proc = subprocess.run([sys.executable, "-m", "scripts.cli", "launch", spec], cwd=ROOT, env=env,
+    proc = subprocess.run([sys.executable, "-m", "stram.client.cli", "launch", spec], cwd=ROOT, env=env,
                           capture_output=True, text=True)
     stop.set()
     sampler.join()
@@ -144,8 +144,8 @@ def loopback_rate(total: int = 2 << 30) -> float:
     buffer of the subscriber's size): the ceiling a buffer-server stream is measured against."""
     import socket
 
-    from container.bufferserver.connection import _RECV_SIZE
-    from container.bufferserver.store import _SEND_BUDGET as chunk
+    from stram.agent.bufferserver.connection import _RECV_SIZE
+    from stram.agent.bufferserver.store import _SEND_BUDGET as chunk
 
     proc = subprocess.Popen([sys.executable, "-c", _RECEIVER, str(_RECV_SIZE)], stdout=subprocess.PIPE,
                             text=True)

@@ -3,7 +3,7 @@
     python bench/bench_umbilical.py --streams 2000 --seconds 20 --interval-ms 1000
     python bench/bench_umbilical.py --streams 200 --interval-ms 0     # as fast as it answers
 
-The master's real server (``appmaster.server``: ``TokenGate`` checking each
+The master's real server (``stram.master.umbilical.server``: ``TokenGate`` checking each
 container's credential, ``AsyncUmbilical``, the heartbeats of all streams batched
 by ``_Batches`` into the thread pool) in a process of its own, with a dispatcher
 that answers every heartbeat at once with a fixed response: what a heartbeat
@@ -44,8 +44,8 @@ WINDOW_MS = 500
 
 def serve(out: Any, stop: Any) -> None:
     """Process: the umbilical server, answering every heartbeat with one fixed response."""
-    import proto
-    from appmaster.server import UmbilicalServicer, create_server
+    from stram import wire as proto
+    from stram.master.umbilical.server import UmbilicalServicer, create_server
 
     response = proto.ContainerHeartbeatResponse(heartbeat_interval_millis=1000, committed_window_id=1)
     counted = {"heartbeats": 0, "batches": 0}
@@ -69,9 +69,9 @@ def agents(index: int, port: int, streams: int, operators: int, windows: int, in
     """Process: ``streams`` simulated containers, each on its own HeartbeatStream call."""
     import grpc
 
-    import proto
     from bench.bench_heartbeats import SimContainer
-    from container.secret import container_credential
+    from stram import wire as proto
+    from stram.common.secret import container_credential
 
     start_ms = int(time.time() * 1000) - 3_600_000
     ctx = proto.StreamingContainerContext(streaming_window_size_millis=WINDOW_MS, start_window_millis=start_ms,

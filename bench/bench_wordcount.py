@@ -101,7 +101,7 @@ def run_stram(layout: str, text: str, want: Counter, root: pathlib.Path = ROOT) 
     sampler = threading.Thread(target=sample_rss, args=(home, stop, peak), daemon=True)
     sampler.start()
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "scripts.cli", "launch", "specs/wordcount.yaml",
+    proc = subprocess.run([sys.executable, "-m", "stram.client.cli", "launch", "specs/wordcount.yaml",
                            "-D", f"operators.reader.path={text}", "-D", "operators.reader.lines_per_window=null",
                            "-D", f"operators.out.path={out}", *LAYOUTS[layout]],
                           cwd=root, env=dict(env, PYTHONPATH=str(root)), capture_output=True, text=True)

@@ -39,16 +39,16 @@ from typing import Any, Callable
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from appmaster.adminhttp import request_json as _request_json  # noqa: E402
+from stram.client.adminhttp import request_json as _request_json  # noqa: E402
 
 #: admin base URL -> the application's token (the admin API refuses calls without it).
 TOKENS: dict[str, str] = {}
 
 
 def request_json(url: str, path: str, *args: Any, **kwargs: Any) -> Any:
-    """:func:`appmaster.adminhttp.request_json` with the token of the application at ``url``."""
+    """:func:`stram.client.adminhttp.request_json` with the token of the application at ``url``."""
     return _request_json(url, path, *args, token=TOKENS.get(url), **kwargs)
-from appmaster.errors import StramError  # noqa: E402
+from stram.common.errors import StramError  # noqa: E402
 
 MOBY = ROOT / "specs" / "data" / "moby-dick.txt"
 WORDCOUNT = ROOT / "specs" / "wordcount.yaml"
@@ -57,7 +57,7 @@ RECOVERY = ["-D", "operators.reader.lines_per_window=20", "-D", "STREAMING_WINDO
 
 
 def stram(*args: str, env: dict[str, str]) -> str:
-    proc = subprocess.run([sys.executable, "-m", "scripts.cli", *args], cwd=ROOT, env=env,
+    proc = subprocess.run([sys.executable, "-m", "stram.client.cli", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"stram {' '.join(args)}: {proc.stderr[-2000:]}")
@@ -109,7 +109,7 @@ class Cluster:
 
     def admin_url(self, app_id: str) -> str:
         os.environ.update(self.env)  # the skein driver reads the cluster's configuration from here
-        from appmaster import yarn
+        from stram.client import yarn
         with yarn.connect() as client:
             return wait("a RUNNING application", lambda: yarn.admin_url_for(app_id, client), interval=0.1)
 
@@ -169,9 +169,9 @@ def recoveries(cluster: Cluster, on_yarn: bool, kills: int) -> list[float]:
         url = cluster.admin_url(app_id)
     else:
         os.environ.update(cluster.env)
-        from appmaster.apps import find_app
+        from stram.common.apps import find_app
         url = wait("admin URL", lambda: find_app(app_id).get("admin_url"))
-    from appmaster.apps import read_token
+    from stram.common.apps import read_token
     TOKENS[url] = read_token(app_id, yarn=on_yarn) or ""
     try:
         wait("admin API", lambda: request_json(url, "info", timeout=2))
@@ -182,7 +182,7 @@ def recoveries(cluster: Cluster, on_yarn: bool, kills: int) -> list[float]:
         if on_yarn:
             cluster.kill(app_id)
         else:
-            subprocess.run([sys.executable, "-m", "scripts.cli", "kill-app", app_id], cwd=ROOT, env=cluster.env,
+            subprocess.run([sys.executable, "-m", "stram.client.cli", "kill-app", app_id], cwd=ROOT, env=cluster.env,
                            capture_output=True)
 
 

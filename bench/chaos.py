@@ -52,10 +52,11 @@ if str(ROOT) not in sys.path:
 
 import psutil  # noqa: E402
 
-from appmaster import apps as stram_apps, client as stram_client  # noqa: E402
-from appmaster.errors import StramError  # noqa: E402
-from appmaster.supervise import stop_containers  # noqa: E402
 from bench.chaos_check import check_at_least_once, check_exactly_once, duplication, make_input  # noqa: E402
+from stram.client import commands as stram_client  # noqa: E402
+from stram.common import apps as stram_apps
+from stram.common.errors import StramError  # noqa: E402
+from stram.master.process.supervise import stop_containers  # noqa: E402
 
 __all__ = ["RunResult", "run_one", "soak", "main"]
 
@@ -69,10 +70,10 @@ attributes: {{STREAMING_WINDOW_SIZE_MILLIS: {window}, HEARTBEAT_INTERVAL_MILLIS:
              HEARTBEAT_TIMEOUT_MILLIS: {timeout}, CHECKPOINT_WINDOW_COUNT: {checkpoint},
              PROCESSING_MODE: {mode}, MASTER_ATTEMPTS: {attempts}}}
 operators:
-  reader: {{class: "container.operators.io:LineReader", properties: {{path: "{input}", lines_per_window: {lpw}}}}}
-  split: {{class: "container.operators.text:WordSplitter", partitions: {split}}}
-  count: {{class: "container.operators.aggregate:KeyCounter", partitions: {count}}}
-  out: {{class: "container.operators.io:JsonLinesOutput", properties: {{path: "{out}"}}}}
+  reader: {{class: "stram.operators.io:LineReader", properties: {{path: "{input}", lines_per_window: {lpw}}}}}
+  split: {{class: "stram.operators.text:WordSplitter", partitions: {split}}}
+  count: {{class: "stram.operators.aggregate:KeyCounter", partitions: {count}}}
+  out: {{class: "stram.operators.io:JsonLinesOutput", properties: {{path: "{out}"}}}}
 streams:
   lines: {{from: reader.output, to: [split.input]}}
   words: {{from: split.output, to: [count.input]}}
@@ -124,11 +125,11 @@ def app_processes(app_id: str) -> list[psutil.Process]:
 
 
 def agent_pid(app_id: str, container_id: str) -> int | None:
-    """The pid of a container's agent (``python -m container``); None when it is gone."""
+    """The pid of a container's agent (``python -m stram.agent``); None when it is gone."""
     for proc in app_processes(app_id):
         try:
             env = _proc_env(proc)
-            if env.get("STRAM_CONTAINER_ID") == container_id and proc.cmdline()[-2:] == ["-m", "container"]:
+            if env.get("STRAM_CONTAINER_ID") == container_id and proc.cmdline()[-2:] == ["-m", "stram.agent"]:
                 return proc.pid
         except psutil.Error:
             continue
@@ -164,7 +165,7 @@ def _gone(pid: int) -> bool:
 
 def kill_everything(app_id: str) -> None:
     """Stop what is left of an application: kill-app, then SIGKILL every process of it."""
-    subprocess.run([sys.executable, "-m", "scripts.cli", "kill-app", app_id], cwd=ROOT,
+    subprocess.run([sys.executable, "-m", "stram.client.cli", "kill-app", app_id], cwd=ROOT,
                    capture_output=True, timeout=60)
     deadline = time.monotonic() + 15
     while app_processes(app_id) and time.monotonic() < deadline:
@@ -375,7 +376,7 @@ def run_one(seed: int, mode: str, work: pathlib.Path, *, disk: bool = True, time
     os.environ["STRAM_HOME"] = str(work / "home")
     t0 = time.monotonic()
     try:
-        launched = subprocess.run([sys.executable, "-m", "scripts.cli", "launch", "--detach", str(spec),
+        launched = subprocess.run([sys.executable, "-m", "stram.client.cli", "launch", "--detach", str(spec),
                                    *(("-D", "TLS=true") if tls else ())],
                                   cwd=ROOT, capture_output=True, text=True, env=dict(os.environ))
         if launched.returncode != 0:

@@ -11,7 +11,7 @@ In the master's process (``--master``):
   ``since_process_start_s``: from the process's start; ``launched`` and
   ``lost``: what this attempt launched and could not adopt by then).
 * :func:`adopting` turns the harness's launcher into one that behaves as
-  :class:`appmaster.launcher.LocalLauncher` does: every launch is a (simulated)
+  :class:`stram.master.launch.local.LocalLauncher` does: every launch is a (simulated)
   process with a pid and a start time, which the master journals
   (``ContainerStarted``); a new master attempt adopts a container only if the
   pid and start time it journaled are those the launch recorded and the
@@ -23,7 +23,7 @@ In the master's process (``--master``):
 In the harness: :class:`MasterProcess` runs the master's process(es): with
 ``--restart-at S`` it SIGKILLs the first attempt after S seconds and starts
 the second one from the same application directory and journal, as the
-supervisor does (``python -m appmaster`` again: the attempt number comes
+supervisor does (``python -m stram.master`` again: the attempt number comes
 from the journal). :func:`list_operators` runs the real CLI against it.
 
 In the agent processes: :class:`Umbilical` is their channel to the master.
@@ -45,7 +45,7 @@ import psutil
 
 #: The simulated containers' pids start here (above most real pids; they are never signalled).
 FIRST_PID = 4_000_000
-#: As appmaster.launcher.START_TIME_TOLERANCE: two readings of one start time agree to within it.
+#: As stram.master.launch.local.START_TIME_TOLERANCE: two readings of one start time agree to within it.
 START_TOLERANCE = 0.05
 
 
@@ -80,8 +80,8 @@ def watch(master: Any, sim: str, construct_seconds: float, planned_at: float) ->
     first attempt, reading the journal and restoring in a later one); ``planned_at``: the
     ``perf_counter`` when it began.
     """
-    from appmaster.events import Heartbeat
-    from appmaster.plan import ContainerState, OperatorState
+    from stram.master.core.events import Heartbeat
+    from stram.master.core.plan import ContainerState, OperatorState
 
     created = psutil.Process().create_time()
     attempt = master.state.attempt
@@ -226,7 +226,7 @@ class MasterProcess:
 
     def _cpu(self) -> float:
         """CPU seconds of the attempt's process and of its children (the umbilical's front
-        process, :mod:`appmaster.front`: part of the master), the latter also in :attr:`children_cpu`."""
+        process, :mod:`stram.master.umbilical.front`: part of the master), the latter also in :attr:`children_cpu`."""
         times = self.proc.cpu_times()
         for child in self._children():
             try:
@@ -284,12 +284,12 @@ class MasterProcess:
 
 
 def list_operators(home: str, app_id: str, root: str) -> tuple[float | None, int, str]:
-    """Run ``stram list-operators APP`` (the CLI's entry point, ``scripts.cli:main``, in a new
+    """Run ``stram list-operators APP`` (the CLI's entry point, ``stram.client.cli:main``, in a new
     interpreter, as a user would) with ``STRAM_HOME=home``: its wall time (None if it
     failed), the rows it printed, and the end of its stderr."""
     env = dict(os.environ, STRAM_HOME=home, PYTHONPATH=root)
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "scripts.cli", "list-operators", app_id], env=env, cwd=root,
+    proc = subprocess.run([sys.executable, "-m", "stram.client.cli", "list-operators", app_id], env=env, cwd=root,
                           capture_output=True, text=True, timeout=300)
     took = time.perf_counter() - t0
     rows = max(0, len(proc.stdout.strip().splitlines()) - 1)  # a header, then a row per operator
@@ -324,7 +324,7 @@ class Umbilical:
         """A channel to the address in heartbeatUri (a new one if it changed); False while there is none."""
         import grpc
 
-        import proto
+        from stram import wire as proto
         self.read_at = time.monotonic()
         try:
             address = open(self.path).read().strip()

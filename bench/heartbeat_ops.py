@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from container.operator import InputOperator, InputPort, Operator, OutputPort
+from stram.operator import InputOperator, InputPort, Operator, OutputPort
 
 
 class Source(InputOperator):

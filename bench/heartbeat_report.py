@@ -43,7 +43,7 @@ def report(r: dict[str, Any]) -> None:
           f"p99 {r['steady_p99_ms']} ms over {r['steady_heartbeats']} (arrival to answer in the master: p50 "
           f"{r['steady_master_answer_ms_p50']} ms, p99 {r['steady_master_answer_ms_p99']} ms); "
           f"heartbeat interval at the end "
-          f"{r['interval_ms']} ms (appmaster.pacing)")
+          f"{r['interval_ms']} ms (stram.master.core.pacing)")
     if r["steady_s"]:
         slow = r["steady_slow_at"]
         at = ", ".join(f"+{s}" for s in slow[:15]) + (", ..." if len(slow) > 15 else "")

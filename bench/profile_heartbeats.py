@@ -49,12 +49,13 @@ def main() -> int:
                         help="also time, after the rounds, what the admin API and the journal's snapshot cost "
                              "the master's interpreter (median CPU ms of 5)")
     args = parser.parse_args()
-    import proto
-    from appmaster.spec import AppSpec
-    from appmaster.state import Heartbeat, InitContextRequest, MasterState, Reply, Start
     from bench_heartbeats import SimContainer, spec_yaml
+
+    from stram import wire as proto
+    from stram.master.core.state import Heartbeat, InitContextRequest, MasterState, Reply, Start
+    from stram.master.spec import AppSpec
     try:
-        from appmaster.journallog import JournalWriter
+        from stram.master.journal.log import JournalWriter
     except ImportError:  # a stram from before the journal's log: the whole snapshot when its key changed
         JournalWriter = None
     if args.wide:
@@ -72,7 +73,7 @@ def main() -> int:
         writer = JournalWriter(app_path)
         journal = lambda: writer.write(state)  # noqa: E731
     else:
-        from appmaster.journal import write_journal
+        from stram.master.journal.document import write_journal
         last = [None]
 
         def journal() -> None:
@@ -139,9 +140,9 @@ def reads(state) -> dict[str, float]:  # noqa: ANN001
 
     import orjson
 
-    from appmaster import journal
-    from appmaster.pagejson import OperatorPage
-    from appmaster.reports import operator_rows
+    from stram.master.admin.pagejson import OperatorPage
+    from stram.master.core.reports import operator_rows
+    from stram.master.journal import document as journal
 
     page = OperatorPage()
     copies = state.operator_copies()

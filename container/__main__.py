@@ -1,4 +1,4 @@
-"""``python -m container``: run a container agent (the launcher starts this)."""
+"""``python -m stram.agent``: run a container agent (the launcher starts this)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,15 @@ import os
 import signal
 import sys
 
-from container import heap, logsetup
-from container.agent import Agent, MasterGone
+from stram.agent.agent import Agent, MasterGone
+from stram.agent.engine import heap
+from stram.common import logsetup
 
 
 def _wait_to_go() -> bool:
     """A process started ahead of the plan (``STRAM_HOLD``): finish the imports, then wait
     for the master's word on stdin. True: go on as the container; False: not needed, exit."""
-    from container import fs
+    from stram.common import fs
     if fs.local_path(os.environ.get("STRAM_APP_PATH", "")) is None:
         fs.pafs.FileType  # noqa: B018 - pyarrow.fs for HDFS, imported now rather than after the go
     go = sys.stdin.buffer.readline().strip() == b"go"
@@ -42,7 +43,7 @@ def main() -> int:
         print(f"error: environment variable {missing} is not set; containers are started "
               f"by the stram master, not by hand", file=sys.stderr)
         return 2
-    from container import apppath, fs, kerberos
+    from stram.common import apppath, fs, kerberos
     kerberos.keep_ticket()
     fs.keep_private(app_path)
     where = apppath.credential(app_path, container_id)

@@ -1,6 +1,6 @@
 """The container agent: finds the master, heartbeats, deploys and runs operators.
 
-Started as ``python -m container`` with ``STRAM_CONTAINER_ID`` and
+Started as ``python -m stram.agent`` with ``STRAM_CONTAINER_ID`` and
 ``STRAM_APP_PATH`` in its environment (the launcher sets them); its own
 credential is the file ``APP_PATH/credentials/<id>`` the master wrote (it never
 holds the application's token). It reads the master's address from ``APP_PATH/heartbeatUri``, calls
@@ -23,24 +23,24 @@ from typing import Any
 import grpc
 import psutil
 
-import proto
-from appmaster.attributes import default as attribute_default
-from container import apppath
-from container import fs, space, tls
-from container.bufferserver.client import Subscriber
-from container.bufferserver.protocol import MessageType
-from container.bufferserver.server import BufferServer
-from container.codec import get_codec
-from container.logsetup import rate_limit
-from container.stacks import thread_stacks
-from container.umbilical import COMPLAIN_SECONDS, MasterGone, Umbilical  # noqa: F401 - re-exported
-from container.windows import initial_window
-from container.engine import QUEUE_CAPACITY, Node, NodeState, load_class
-from container.sinks import (BEGIN_WINDOW, CHECKPOINT, DATA, END_STREAM, END_WINDOW, DirectSink,
-                             PublisherSink, QueueSink)
-from container.operator import InputConnection, OperatorContext
+from stram import wire as proto
+from stram.agent.bufferserver.client import Subscriber
+from stram.agent.bufferserver.protocol import MessageType
+from stram.agent.bufferserver.server import BufferServer
+from stram.agent.engine.codec import get_codec
+from stram.agent.engine.messages import BEGIN_WINDOW, CHECKPOINT, DATA, END_STREAM, END_WINDOW
+from stram.agent.engine.node import QUEUE_CAPACITY, Node, NodeState
+from stram.agent.engine.sinks import DirectSink, PublisherSink, QueueSink
+from stram.agent.umbilical import COMPLAIN_SECONDS, MasterGone, Umbilical  # noqa: F401 - re-exported
+from stram.common import apppath, fs, space, tls
+from stram.common.attributes import default as attribute_default
+from stram.common.imports import load_class
+from stram.common.logsetup import rate_limit
+from stram.common.stacks import thread_stacks
+from stram.common.windows import initial_window
+from stram.operator import InputConnection, OperatorContext
 
-log = logging.getLogger("container.agent")
+log = logging.getLogger("stram.agent.agent")
 rate_limit(log, burst=5, interval=10.0)  # reconnect warnings and the like: repeats are counted
 
 _LOCALITY = {proto.THREAD_LOCAL: "THREAD_LOCAL", proto.CONTAINER_LOCAL: "CONTAINER_LOCAL"}
@@ -63,7 +63,7 @@ class Agent:
         self.app_path = app_path
         self.host = host or os.environ.get("STRAM_HOST") or socket.gethostname()
         self.work_dir = work_dir or os.path.join(os.getcwd(), f"work-{container_id}")
-        #: ``credential``: this container's own (:func:`container.secret.container_credential`)
+        #: ``credential``: this container's own (:func:`stram.common.secret.container_credential`)
         self.umbilical = Umbilical(app_path, credential, container_id=container_id)
         self.tls_client = None
         self.nodes: dict[int, Node] = {}
@@ -194,7 +194,7 @@ class Agent:
                 code = exc.code()
                 if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.INVALID_ARGUMENT):
                     raise MasterGone(f"master refused {method}: {exc.details()}") from None
-                if code == grpc.StatusCode.UNAVAILABLE and (exc.details() or "").startswith("paused:"):
+                if code == grpc.StatusCode.UNAVAILABLE and (exc.details() or "").startswith(proto.PAUSED):
                     # the master is alive and waits for space (its own time limit ends the wait)
                     deadline = time.monotonic() + max(timeout_ms / 1000, 10.0) * 2
                     self.umbilical.complain(f"the master is {exc.details()}")

@@ -16,11 +16,11 @@ from typing import Any
 
 import grpc
 
-import proto
-from container import apppath, fs, tls
-from container.logsetup import rate_limit
+from stram import wire as proto
+from stram.common import apppath, fs, tls
+from stram.common.logsetup import rate_limit
 
-log = logging.getLogger("container.agent")
+log = logging.getLogger("stram.agent.agent")
 rate_limit(log, burst=5, interval=10.0)  # reconnect warnings and the like: repeats are counted
 
 __all__ = ["Umbilical", "MasterGone", "StreamError", "COMPLAIN_SECONDS"]

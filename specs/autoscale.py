@@ -3,7 +3,7 @@
 Named in a spec as ``STATS_LISTENER: specs.autoscale:scale_count`` (see
 ``specs/autoscale_wordcount.yaml``). About once a second the master calls
 ``scale_count(stats)`` with a read-only mapping ``{operator name:
-appmaster.scaling.OperatorStats}`` (partitions, partitions running, tuples per
+stram.master.core.scaling.OperatorStats}`` (partitions, partitions running, tuples per
 second in and out, latest window) and applies the partition counts it returns
 (``{operator: count}``; ``None`` changes nothing) the way ``stram scale`` does.
 A request the master cannot carry out yet (no common checkpoint, partitions

@@ -8,7 +8,7 @@ import random
 import time
 from typing import Any, Optional
 
-from container.operator import InputOperator, InputPort, Operator, OperatorContext, OutputPort, ShutdownException
+from stram.operator import InputOperator, InputPort, Operator, OperatorContext, OutputPort, ShutdownException
 
 __all__ = ["ClickstreamGenerator", "ParseFilter", "events", "flush_line", "parse_line", "BLOCK"]
 

@@ -47,7 +47,7 @@ def build(spark: Any, inputs: dict[str, Any], ctx: Any) -> Any:
     spark : pyspark.sql.SparkSession
     inputs : dict
         ``{"input": page views}`` (streaming DataFrame over the stram source).
-    ctx : container.spark.PipelineContext
+    ctx : stram.spark.PipelineContext
         Gives ``output_path`` (the operator property) and ``options``
         (``window`` and ``watermark`` override :data:`WINDOW` and
         :data:`WATERMARK`); the operator starts the returned writer with its
@@ -72,7 +72,7 @@ def read_output(path: str) -> Any:
     """
     import pandas as pd
 
-    from container.spark import read_file_sink
+    from stram.spark import read_file_sink
 
     table = read_file_sink(path)
     columns = ["window_start", "window_end", "page", "views", "users"]

@@ -36,7 +36,7 @@ def _stop_leftovers(home: str) -> None:
         try:
             # stram's own processes only (session fixtures' brokers and clusters may carry a test's home)
             module = (proc.info["cmdline"] or [])[1:3]
-            if module[:1] == ["-m"] and module[1:] in (["appmaster"], ["appmaster.supervise"], ["container"]) \
+            if module[:1] == ["-m"] and module[1:] in (["appmaster"], ["stram.master.process.supervise"], ["container"]) \
                     and proc.environ().get("STRAM_HOME") == home:
                 left.append(proc)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
@@ -77,6 +77,5 @@ def read_counts(out_dir: pathlib.Path | str) -> tuple[Counter, dict[str, int], l
 
 # the session's mini Hadoop cluster (./scripts/minicluster), for the tests that need YARN or HDFS
 from hadoop import minicluster, minicluster_driver, on_minicluster  # noqa: E402,F401
-
 # the session's Kafka broker (./scripts/kafka), for the Kafka connector tests
 from kafka_fixture import kafka, on_kafka  # noqa: E402,F401

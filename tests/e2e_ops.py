@@ -6,10 +6,9 @@ import json
 import os
 import time
 
-from container.operator import (FatalError, InputOperator, InputPort, Operator, OutputPort,
-                                ShutdownException)
-from container.connectors.kafka import KafkaInput
-from container.operators.io import JsonLinesOutput, LineReader
+from stram.connectors.kafka import KafkaInput
+from stram.operator import FatalError, InputOperator, InputPort, Operator, OutputPort, ShutdownException
+from stram.operators.io import JsonLinesOutput, LineReader
 
 
 class Boom(Operator):

@@ -2,7 +2,7 @@
 
 Every slow test that runs a real master and real container processes uses
 these instead of its own copies. Applications are launched with ``python -m
-scripts.cli`` from the repository root, as a user would run ``stram``; the
+stram.client.cli`` from the repository root, as a user would run ``stram``; the
 answers they produce are checked by the tests against independently computed
 truth (``conftest.word_truth``).
 """
@@ -17,11 +17,11 @@ import time
 from typing import Any, Callable
 
 import psutil
-
-from appmaster import apps as stram_apps
-from appmaster import client as stram_client
-from appmaster.errors import StramError
 from conftest import ROOT
+
+from stram.client import commands as stram_client
+from stram.common import apps as stram_apps
+from stram.common.errors import StramError
 
 __all__ = ["launch_detached", "wait_until", "admin", "running_operators", "wait_final", "app_processes",
            "agent_pid", "kill_container_of"]
@@ -29,7 +29,7 @@ __all__ = ["launch_detached", "wait_until", "admin", "running_operators", "wait_
 
 def launch_detached(*args: str, env: dict[str, str] | None = None) -> str:
     """``stram launch ARGS --detach``; the application id it printed."""
-    out = subprocess.run([sys.executable, "-m", "scripts.cli", "launch", *args, "--detach"],
+    out = subprocess.run([sys.executable, "-m", "stram.client.cli", "launch", *args, "--detach"],
                          capture_output=True, text=True, cwd=ROOT, check=True,
                          env=dict(os.environ, **(env or {})))
     return out.stdout.strip().splitlines()[-1]
@@ -85,11 +85,11 @@ def wait_final(app_id: str, timeout: float) -> dict:
 
 
 def agent_pid(app_id: str, container_id: str) -> int | None:
-    """Pid of a container's agent (``python -m container``, not its JVM or Spark workers); None if gone."""
+    """Pid of a container's agent (``python -m stram.agent``, not its JVM or Spark workers); None if gone."""
     for proc in app_processes(app_id):
         try:
             cmd = proc.cmdline()
-            if proc.environ().get("STRAM_CONTAINER_ID") == container_id and cmd[-2:] == ["-m", "container"]:
+            if proc.environ().get("STRAM_CONTAINER_ID") == container_id and cmd[-2:] == ["-m", "stram.agent"]:
                 return proc.pid
         except psutil.NoSuchProcess:
             continue

@@ -29,7 +29,6 @@ import uuid
 from typing import Iterator
 
 import pytest
-
 from needs import missing
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -188,13 +187,13 @@ def minicluster_driver(minicluster, tmp_path_factory) -> Iterator[pathlib.Path]:
     home = tmp_path_factory.mktemp("driver-home")
     env = {k: v for k, v in os.environ.items() if k not in _UNSET}
     env.update(_user_env(minicluster, tmp_path_factory), STRAM_HOME=str(home))
-    started = subprocess.run([sys.executable, "-m", "scripts.cli", "driver", "start"], cwd=ROOT, env=env,
+    started = subprocess.run([sys.executable, "-m", "stram.client.cli", "driver", "start"], cwd=ROOT, env=env,
                              capture_output=True, text=True, timeout=300)
     assert started.returncode == 0, started.stderr
     try:
         yield home / "driver"
     finally:
-        stopped = subprocess.run([sys.executable, "-m", "scripts.cli", "driver", "stop"], cwd=ROOT, env=env,
+        stopped = subprocess.run([sys.executable, "-m", "stram.client.cli", "driver", "stop"], cwd=ROOT, env=env,
                                  capture_output=True, text=True, timeout=120)
         assert stopped.returncode == 0, stopped.stderr
 
@@ -249,7 +248,7 @@ def as_user_of(cluster: MiniCluster, monkeypatch, tmp_path_factory) -> MiniClust
 
 def stram(*args: str | os.PathLike, timeout: float = 600) -> subprocess.CompletedProcess:
     """``stram ARGS`` in the test's environment (on_minicluster's); the finished process."""
-    return subprocess.run([sys.executable, "-m", "scripts.cli", *map(str, args)], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "stram.client.cli", *map(str, args)], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -266,7 +265,7 @@ def launch_following(*args: str | os.PathLike) -> tuple[subprocess.Popen, str]:
     The process follows the application until it ends and exits 0 only if it
     SUCCEEDED; its stdout's first line is the application id.
     """
-    proc = subprocess.Popen([sys.executable, "-m", "scripts.cli", "launch", "--yarn", *map(str, args)],
+    proc = subprocess.Popen([sys.executable, "-m", "stram.client.cli", "launch", "--yarn", *map(str, args)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()

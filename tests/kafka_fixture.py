@@ -22,7 +22,6 @@ from collections import Counter
 from typing import Any, Iterator
 
 import pytest
-
 from needs import missing
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -2,7 +2,7 @@
 
 :func:`random_spec` draws a small DAG (sources, relays, a join, sinks; 1-3
 partitions; streams inside a container or not); :class:`Driver` draws events
-for a :class:`~appmaster.state.MasterState` as agents, the launcher and the
+for a :class:`~stram.master.core.state.MasterState` as agents, the launcher and the
 clock would send them (heartbeats with windows and checkpoints, operators
 that shut down or fail, containers that exit, ticks, repartitioning) and
 keeps its simulated agents in step with the responses.
@@ -13,12 +13,13 @@ from __future__ import annotations
 import random
 from typing import Any
 
-import proto
-from appmaster import scaling
-from appmaster.events import ContainerExited, Heartbeat, MasterEvent, ScaleRequest, Tick
-from appmaster.spec import AppSpec
-from appmaster.state import MasterState, Reply, SplitCheckpoints
 from statekit import START_MILLIS, container_heartbeat
+
+from stram import wire as proto
+from stram.master.core import scaling
+from stram.master.core.events import ContainerExited, Heartbeat, MasterEvent, ScaleRequest, Tick
+from stram.master.core.state import MasterState, Reply, SplitCheckpoints
+from stram.master.spec import AppSpec
 
 ACTIVE, SHUTDOWN, FAILED = (proto.OperatorHeartbeat.ACTIVE, proto.OperatorHeartbeat.SHUTDOWN,
                             proto.OperatorHeartbeat.FAILED)

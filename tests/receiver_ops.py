@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from container.operator import InputPort, Operator, OutputPort
-from container.receivers import Receiver
+from stram.operator import InputPort, Operator, OutputPort
+from stram.receivers import Receiver
 
 
 class Relay(Operator):

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import proto
-from appmaster import scaling
-from appmaster.plan import OperatorState, PTOperator
-from appmaster.spec import AppSpec
-from appmaster.state import MasterState, Reply, ScaleRequest, SplitCheckpoints
+from stram import wire as proto
+from stram.master.core import scaling
+from stram.master.core.plan import OperatorState, PTOperator
+from stram.master.core.state import MasterState, Reply, ScaleRequest, SplitCheckpoints
+from stram.master.spec import AppSpec
 
 
 def label(op: PTOperator) -> str:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from appmaster import adminauth
-from appmaster.admin import create_app
-from appmaster.adminauth import AdminAuth
-from appmaster.spec import AppSpec
+from stram.master.admin import auth as adminauth
+from stram.master.admin.auth import AdminAuth
+from stram.master.admin.rest import create_app
+from stram.master.spec import AppSpec
 
 TOKEN = "t0ken-for-tests"
 
@@ -28,8 +28,9 @@ class Recorder:
 
 @pytest.fixture
 def master(tmp_path):
-    from appmaster import master as master_mod
     from test_scale import FakeLauncher, wordcount
+
+    from stram.master.process import master as master_mod
     m = master_mod.AppMaster(AppSpec.from_yaml(wordcount(2)), "app-auth", f"file://{tmp_path}", TOKEN,
                              FakeLauncher())
     rec = Recorder()

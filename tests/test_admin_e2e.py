@@ -18,11 +18,11 @@ import sys
 import urllib.request
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-
-from appmaster import apps as stram_apps
 from conftest import ROOT, word_truth
 from e2ekit import admin, agent_pid, launch_detached, wait_final, wait_until
+from prometheus_client.parser import text_string_to_metric_families
+
+from stram.common import apps as stram_apps
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +31,7 @@ E2E_OPS = str(ROOT / "tests" / "e2e_ops.py")
 
 
 def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "scripts.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "stram.client.cli", *args], capture_output=True, text=True,
                           cwd=ROOT, timeout=timeout)
 
 
@@ -47,9 +47,9 @@ name: idle-wordcount
 attributes: {{STREAMING_WINDOW_SIZE_MILLIS: 100, HEARTBEAT_INTERVAL_MILLIS: 300, CHECKPOINT_WINDOW_COUNT: 5}}
 operators:
   reader: {{class: "tests.e2e_ops:LinesThenIdle", properties: {{path: "{WORDS}", lines_per_window: 100}}}}
-  split: {{class: "container.operators.text:WordSplitter", partitions: 2}}
-  count: {{class: "container.operators.aggregate:KeyCounter"}}
-  out: {{class: "container.operators.io:JsonLinesOutput", properties: {{path: "{tmp_path / 'out'}"}}}}
+  split: {{class: "stram.operators.text:WordSplitter", partitions: 2}}
+  count: {{class: "stram.operators.aggregate:KeyCounter"}}
+  out: {{class: "stram.operators.io:JsonLinesOutput", properties: {{path: "{tmp_path / 'out'}"}}}}
 streams:
   lines: {{from: reader.output, to: [split.input]}}
   words: {{from: split.output, to: [count.input]}}

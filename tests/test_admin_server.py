@@ -17,12 +17,12 @@ import urllib.error
 import urllib.request
 
 import pytest
-
-from appmaster.admin import AdminServer, create_app
-from appmaster.adminauth import AdminAuth
-from appmaster.adminbody import MAX_BODY_BYTES, BadBody, Field, parse
-from appmaster.scaling import MAX_PARTITIONS
 from test_admin_auth import TOKEN, master  # noqa: F401 - the fixture
+
+from stram.master.admin.auth import AdminAuth
+from stram.master.admin.bodies import MAX_BODY_BYTES, BadBody, Field, parse
+from stram.master.admin.rest import AdminServer, create_app
+from stram.master.core.scaling import MAX_PARTITIONS
 
 SCALE = "/ws/v2/stram/operators/count/partitions"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -155,9 +155,10 @@ def test_slow_clients_do_not_grow_threads_and_the_server_stops_cleanly(master): 
 def test_answers_are_encoded_fast_and_the_same_as_the_standard_encoder_would():
     """FastJSON (orjson) writes what json.dumps wrote (sorted keys, compact); what orjson refuses
     (an integer past 64 bits in a user's metric) is still answered, the standard way."""
-    from flask import Flask, jsonify as flask_jsonify
+    from flask import Flask
+    from flask import jsonify as flask_jsonify
 
-    from appmaster.admin import FastJSON
+    from stram.master.admin.rest import FastJSON
     app = Flask("fast-json")
     app.json = FastJSON(app)
     doc = {"operators": [{"id": 3, "name": "wörds", "metrics": {"lag": 1.5, "n": None}, "window": (1 << 63) - 1,
@@ -178,7 +179,7 @@ def test_the_operators_page_encoded_a_chunk_at_a_time_is_the_whole_page(master, 
     """The page is copied, turned into rows and encoded a few operators at a time (heartbeats go on
     between): together the chunks are the page the state's rows make, one chunk or many, and an
     operator whose metric orjson refuses is still answered."""
-    from appmaster import reports
+    from stram.master.core import reports
     app = create_app(master, AdminAuth(TOKEN))
     client = app.test_client()
     state = master.state
@@ -203,14 +204,14 @@ def test_the_operators_page_encoded_a_chunk_at_a_time_is_the_whole_page(master, 
 
 @pytest.fixture
 def identity():
-    from container.tls import make_identity
+    from stram.common.tls import make_identity
     return make_identity("app-auth")
 
 
 def test_with_tls_it_serves_https_only_and_clients_trust_only_the_applications_certificate(master, identity):  # noqa: F811
-    from appmaster.adminhttp import request_json
-    from appmaster.errors import AdminRequestError, ClusterUnreachable
-    from container.tls import make_identity
+    from stram.client.adminhttp import request_json
+    from stram.common.errors import AdminRequestError, ClusterUnreachable
+    from stram.common.tls import make_identity
 
     server = AdminServer(create_app(master, AdminAuth(TOKEN, tls=True)), "127.0.0.1", tls=identity)
     base = f"https://127.0.0.1:{server.server_port}"
@@ -238,8 +239,8 @@ def test_with_tls_it_serves_https_only_and_clients_trust_only_the_applications_c
 
 
 def test_the_plain_listener_for_the_yarn_proxy_takes_proxied_requests_and_no_token(master, identity):  # noqa: F811
-    from appmaster.adminhttp import request_json
-    from appmaster.errors import AdminRequestError
+    from stram.client.adminhttp import request_json
+    from stram.common.errors import AdminRequestError
 
     auth = AdminAuth(TOKEN, yarn=True, proxies=["127.0.0.1:8088"], modify_users=["alice"], tls=True)
     server = AdminServer(create_app(master, auth), "127.0.0.1", tls=identity, proxy_host="127.0.0.1")

@@ -1,7 +1,7 @@
 """A new master attempt takes over only processes proven to be its containers.
 
 The journal records each container's process as its launcher started it (pid
-and start time, :class:`~appmaster.events.ContainerStarted`); a new attempt
+and start time, :class:`~stram.master.core.events.ContainerStarted`); a new attempt
 asks the launcher to take over exactly that process, and the launcher checks
 the live pid's start time and ``STRAM_CONTAINER_ID`` before it tracks (and
 may later kill) it. A pid reused by an unrelated process is left alone: the
@@ -17,22 +17,22 @@ import sys
 
 import psutil
 import pytest
-
-from appmaster import journal
-from appmaster.instructions import AdoptContainer, LaunchContainer
-from appmaster.launcher import ContainerRequest, LocalLauncher, proven_container, stop_strays
-from appmaster.plan import ContainerState, OperatorState
-from appmaster.spec import AppSpec
-from appmaster.state import AdoptContainers, ContainerExited, ContainerStarted, MasterState
 from conftest import ROOT
 from e2ekit import wait_until
 from statekit import StateRun, container_heartbeat
 
+from stram.master.core.instructions import AdoptContainer, LaunchContainer
+from stram.master.core.plan import ContainerState, OperatorState
+from stram.master.core.state import AdoptContainers, ContainerExited, ContainerStarted, MasterState
+from stram.master.journal import document as journal
+from stram.master.launch.local import ContainerRequest, LocalLauncher, proven_container, stop_strays
+from stram.master.spec import AppSpec
+
 SPEC = """
 name: adopt
 operators:
-  src: {class: "container.operators.io:LineReader", properties: {path: /dev/null}}
-  out: {class: "container.operators.io:JsonLinesOutput", properties: {path: /tmp/adopt-out}}
+  src: {class: "stram.operators.io:LineReader", properties: {path: /dev/null}}
+  out: {class: "stram.operators.io:JsonLinesOutput", properties: {path: /tmp/adopt-out}}
 streams:
   s: {from: src.output, to: [out.input]}
 """
@@ -157,9 +157,9 @@ def test_launch_kills_a_stray_process_an_earlier_attempt_started_for_the_contain
         env = dict(os.environ, STRAM_APP_ID=app_id, STRAM_CONTAINER_ID=container_id, STRAM_TOKEN="t",
                    STRAM_APP_PATH=f"file://{tmp_path}/no-master", STRAM_WORK_DIR=str(tmp_path / container_id),
                    STRAM_HOLD="1")
-        proc = subprocess.Popen([sys.executable, "-m", "container"], env=env, cwd=ROOT, stdin=subprocess.PIPE,
+        proc = subprocess.Popen([sys.executable, "-m", "stram.agent"], env=env, cwd=ROOT, stdin=subprocess.PIPE,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_until(lambda: psutil.Process(proc.pid).cmdline()[-2:] == ["-m", "container"], 10, what="agent")
+        wait_until(lambda: psutil.Process(proc.pid).cmdline()[-2:] == ["-m", "stram.agent"], 10, what="agent")
         return proc
     stray, other_container, other_app = agent("app-7", "container_000002"), \
         agent("app-7", "container_000003"), agent("app-8", "container_000002")

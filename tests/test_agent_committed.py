@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import time
 
-import proto
-from container.agent import Agent
-from container.engine import Node, NodeState
-from container.sinks import QueueSink
-from container.operator import InputOperator, InputPort, Operator, OperatorContext, OutputPort, ShutdownException
-from container.windows import initial_window
+from stram import wire as proto
+from stram.agent.agent import Agent
+from stram.agent.engine.node import Node, NodeState
+from stram.agent.engine.sinks import QueueSink
+from stram.common.windows import initial_window
+from stram.operator import InputOperator, InputPort, Operator, OperatorContext, OutputPort, ShutdownException
 
 WINDOWS = 3
 

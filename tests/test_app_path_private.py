@@ -12,10 +12,10 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT
-from container import fs
-from container.secret import read_token_file
+
+from stram.common import fs
+from stram.common.secret import read_token_file
 
 
 def mode(path) -> int:
@@ -82,7 +82,7 @@ def test_a_master_refuses_an_app_path_others_can_write(tmp_path):
     token = tmp_path / "token"
     token.write_text("secret")
     os.chmod(token, 0o600)
-    run = subprocess.run([sys.executable, "-m", "appmaster", "--app-path", f"file://{app}", "--app-id", "app-1"],
+    run = subprocess.run([sys.executable, "-m", "stram.master", "--app-path", f"file://{app}", "--app-id", "app-1"],
                          env=master_env(tmp_path, token), cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert run.returncode == 1
     assert "refuses to start" in run.stderr and "can be written by its group and others" in run.stderr
@@ -92,14 +92,14 @@ def test_a_master_refuses_an_app_path_others_can_write(tmp_path):
 def test_a_master_without_its_token_file_says_so(tmp_path):
     app = tmp_path / "app"
     app.mkdir(mode=0o700)
-    run = subprocess.run([sys.executable, "-m", "appmaster", "--app-path", f"file://{app}", "--app-id", "app-1"],
+    run = subprocess.run([sys.executable, "-m", "stram.master", "--app-path", f"file://{app}", "--app-id", "app-1"],
                          env=master_env(tmp_path, tmp_path / "nope"), cwd=ROOT, capture_output=True, text=True,
                          timeout=60)
     assert run.returncode == 2 and "cannot read the application token from STRAM_TOKEN_FILE" in run.stderr
     env = master_env(tmp_path, "x")
     del env["STRAM_TOKEN_FILE"]
     env["STRAM_TOKEN"] = "old-style"  # a token in the environment is not taken
-    run = subprocess.run([sys.executable, "-m", "container"], env=dict(env, STRAM_CONTAINER_ID="c1",
+    run = subprocess.run([sys.executable, "-m", "stram.agent"], env=dict(env, STRAM_CONTAINER_ID="c1",
                                                                        STRAM_APP_PATH=str(app)),
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert run.returncode == 2

@@ -1,6 +1,6 @@
 """Batch-at-a-time operators: every built-in exact in its per-tuple and its batch form, in process.
 
-The engine part wires real :class:`~container.engine.Node` objects the way the
+The engine part wires real :class:`~stram.agent.engine.node.Node` objects the way the
 agent does (THREAD_LOCAL: a DirectSink on the upstream's thread;
 CONTAINER_LOCAL: a QueueSink to the downstream's own thread) and checks both
 the output and the per-window tuple counts against answers computed apart.
@@ -16,14 +16,14 @@ from collections import Counter
 
 import pytest
 
-from container.batch import batch_handler, has_batch_handler
-from container.engine import Node, NodeState
-from container.sinks import DirectSink, QueueSink
-from container.operator import InputPort, Operator, OperatorContext, OutputPort, PassThroughUnifier
-from container.operators import io
-from container.operators.aggregate import KeyCounter
-from container.operators.text import WordSplitter
-from container.windows import initial_window
+from stram.agent.engine.batch import batch_handler, has_batch_handler
+from stram.agent.engine.node import Node, NodeState
+from stram.agent.engine.sinks import DirectSink, QueueSink
+from stram.common.windows import initial_window
+from stram.operator import InputPort, Operator, OperatorContext, OutputPort, PassThroughUnifier
+from stram.operators import io
+from stram.operators.aggregate import KeyCounter
+from stram.operators.text import WordSplitter
 
 W = 7 << 32
 ALNUM = set("abcdefghijklmnopqrstuvwxyz0123456789")
@@ -252,9 +252,9 @@ class Recorder:
 
 def test_a_publisher_tags_every_tuple_with_its_key_partition(monkeypatch):
     """The str-tag cache must give the tag of partition_hash (never conflating 1, 1.0, True, "1")."""
-    from container import sinks
-    from container.codec import get_codec
-    from container.partition import default_key, partition_hash
+    from stram.agent.engine import sinks
+    from stram.agent.engine.codec import get_codec
+    from stram.common.partition import default_key, partition_hash
     monkeypatch.setattr(sinks, "TAG_CACHE_SIZE", 8)  # the cache starts over many times
     rng = random.Random(11)
     pool = ["whale", "sea", "1", "", "naïve", 1, 1.0, True, 2, 2.0, None, ("k", 2), {"key": "sea", "n": 1}, "ship"]
@@ -277,8 +277,8 @@ def test_a_publisher_tags_every_tuple_with_its_key_partition(monkeypatch):
 
 
 def test_a_publisher_cuts_big_batches_into_frames_near_the_target_size():
-    from container.codec import get_codec
-    from container.sinks import FRAME_PROBE_TUPLES, FRAME_TARGET_BYTES, PublisherSink
+    from stram.agent.engine.codec import get_codec
+    from stram.agent.engine.sinks import FRAME_PROBE_TUPLES, FRAME_TARGET_BYTES, PublisherSink
     sink = PublisherSink(Recorder(), "pickle", mask=0)
     codec = get_codec("pickle")
     big = [f"{i:08d}".ljust(4096, "x") for i in range(2000)]  # 8 MB in one emit_batch
@@ -297,7 +297,8 @@ def test_a_publisher_cuts_big_batches_into_frames_near_the_target_size():
 
 
 def test_a_long_batch_reaches_a_queue_in_pieces_of_the_batch_size():
-    from container.sinks import BATCH_SIZE, DATA
+    from stram.agent.engine.messages import DATA
+    from stram.agent.engine.sinks import BATCH_SIZE
     start = initial_window(int(time.time() * 1000))
     downstream = node(9, Collect(), "GENERIC", start)
     sink = QueueSink(downstream, downstream.add_source("input"))
@@ -345,7 +346,7 @@ def test_a_container_local_stream_holds_a_bounded_number_of_tuples(tmp_path):
     """A reader faster than its CONTAINER_LOCAL downstream waits for it: at most the queue's
     capacity in tuples is in flight (memory), plus a batch in each operator's hands, not the
     whole input; then all arrive."""
-    from container.sinks import BATCH_SIZE
+    from stram.agent.engine.sinks import BATCH_SIZE
     capacity = 4 * BATCH_SIZE
     n = 40 * BATCH_SIZE
     path = tmp_path / "in.txt"

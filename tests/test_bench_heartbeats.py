@@ -58,7 +58,7 @@ def test_harness_runs_a_small_configuration():
 @pytest.mark.slow
 @pytest.mark.parametrize("front", [False, True], ids=["in-process", "front-process"])
 def test_harness_restarts_the_master_and_it_adopts_every_container(front):
-    """With ``front``, each attempt serves its umbilical from a process of its own (appmaster.front):
+    """With ``front``, each attempt serves its umbilical from a process of its own (stram.master.umbilical.front):
     the killed attempt's ends with it, and the next one's serves the same containers."""
     figures = _run("--containers", "20", "--operators", "3", "--seconds", "12", "--interval-ms", "500",
                    "--restart-at", "5", *(["--front-from", "1"] if front else []))
@@ -124,8 +124,9 @@ def test_the_agents_encoded_heartbeats_parse_to_the_message_the_protobuf_library
     import random
 
     sys.path.insert(0, str(ROOT / "bench"))
-    import proto
     from bench_heartbeats import SimContainer
+
+    from stram import wire as proto
 
     rng = random.Random(seed)
     start = 1_764_000_000_000 + rng.randrange(10**6)

@@ -14,13 +14,13 @@ import psutil
 import pyarrow as pa
 import pytest
 
-from container.bufferserver import (
-    FIRST_WINDOW, BufferServer, BufferServerError, MessageType as M, ProtocolError,
-    RemotePublisher, Subscriber, encode_publish, encode_subscribe, purge, reset,
-)
-from container.bufferserver.connection import BIG_FRAME
-from container.codec import get_codec
-from container.secret import scoped_credential
+from stram.agent.bufferserver import FIRST_WINDOW, BufferServer, BufferServerError
+from stram.agent.bufferserver import MessageType as M
+from stram.agent.bufferserver import (ProtocolError, RemotePublisher, Subscriber, encode_publish, encode_subscribe,
+                                      purge, reset)
+from stram.agent.bufferserver.connection import BIG_FRAME
+from stram.agent.engine.codec import get_codec
+from stram.common.secret import scoped_credential
 
 TOKEN = b"s3cret-token"
 BASE = 1_700_000_000 << 32          # (baseSeconds << 32) | index
@@ -615,7 +615,7 @@ def test_stop_wakes_a_blocked_publisher():
 
 # ---------------------------------------------------------------- tokens and bad input
 
-def _frame(body: bytes) -> bytes:
+def encode_frame(body: bytes) -> bytes:
     return struct.pack(">I", len(body)) + body
 
 
@@ -626,21 +626,21 @@ def _blob(b: bytes) -> bytes:
 _GOOD_PUBLISH = encode_publish(TOKEN, "bad.pub", 0)
 
 BAD_INPUTS = {
-    "garbled request": (_frame(bytes([M.SUBSCRIBE]) + _blob(TOKEN) + struct.pack(">H", 500) + b"abc"),
+    "garbled request": (encode_frame(bytes([M.SUBSCRIBE]) + _blob(TOKEN) + struct.pack(">H", 500) + b"abc"),
                         "garbled SUBSCRIBE request"),
-    "garbled data frame": (_GOOD_PUBLISH + _frame(bytes([M.BEGIN_WINDOW]) + b"\x00\x01\x02"),
+    "garbled data frame": (_GOOD_PUBLISH + encode_frame(bytes([M.BEGIN_WINDOW]) + b"\x00\x01\x02"),
                            "garbled BEGIN_WINDOW frame"),
-    "truncated request": (_frame(bytes([M.PUBLISH]) + b"x" * 50)[:20], "truncated frame"),
-    "truncated data frame": (_GOOD_PUBLISH + _frame(bytes([M.PAYLOAD]) + b"\0\0\0\1" + b"y" * 1000)[:300],
+    "truncated request": (encode_frame(bytes([M.PUBLISH]) + b"x" * 50)[:20], "truncated frame"),
+    "truncated data frame": (_GOOD_PUBLISH + encode_frame(bytes([M.PAYLOAD]) + b"\0\0\0\1" + b"y" * 1000)[:300],
                              "truncated frame"),
     "oversized length": (struct.pack(">I", 1 << 31) + b"\x10", "oversized frame"),
     "oversized data frame": (_GOOD_PUBLISH + struct.pack(">IB", 200 << 20, M.PAYLOAD), "oversized frame"),
     "wrong token": (encode_publish(b"not-the-token", "p", 0), "wrong token"),
     "missing token": (encode_publish(b"", "p", 0), "missing token"),
-    "no token at all": (_frame(bytes([M.PURGE])), "missing token"),
-    "unknown type": (_frame(bytes([0x7F]) + b"hello"), "unknown message type 127"),
-    "unknown type mid-stream": (_GOOD_PUBLISH + _frame(bytes([0xEE])), "unknown message type 238"),
-    "data before request": (_frame(bytes([M.BEGIN_WINDOW]) + struct.pack(">q", 1)), "expected a request"),
+    "no token at all": (encode_frame(bytes([M.PURGE])), "missing token"),
+    "unknown type": (encode_frame(bytes([0x7F]) + b"hello"), "unknown message type 127"),
+    "unknown type mid-stream": (_GOOD_PUBLISH + encode_frame(bytes([0xEE])), "unknown message type 238"),
+    "data before request": (encode_frame(bytes([M.BEGIN_WINDOW]) + struct.pack(">q", 1)), "expected a request"),
     "request on a publisher connection": (_GOOD_PUBLISH + encode_subscribe(TOKEN, "p", 0, 0, [], "x"),
                                           "unexpected SUBSCRIBE"),
 }
@@ -648,7 +648,7 @@ BAD_INPUTS = {
 
 @pytest.mark.parametrize("case", list(BAD_INPUTS))
 def test_bad_input_closes_only_that_connection(server, caplog, case):
-    caplog.set_level(logging.WARNING, logger="container.bufferserver")
+    caplog.set_level(logging.WARNING, logger="stram.agent.bufferserver")
     payload, reason = BAD_INPUTS[case]
     pub = server.publisher("good", 0)
     good = subscribe(server, "good", 0)
@@ -685,7 +685,7 @@ def test_bad_input_closes_only_that_connection(server, caplog, case):
 
 
 def test_wrong_token_clients_raise_without_retrying(server, caplog):
-    caplog.set_level(logging.WARNING, logger="container.bufferserver")
+    caplog.set_level(logging.WARNING, logger="stram.agent.bufferserver")
     sub = Subscriber(server.host, server.port, b"nope", "p", 0)
     with pytest.raises(BufferServerError, match="wrong token"):
         next(sub.messages())
@@ -698,7 +698,7 @@ def test_wrong_token_clients_raise_without_retrying(server, caplog):
 
 def test_a_scoped_credential_reaches_its_one_stream_only(server, caplog):
     """A subscriber holds ``scoped_credential(key, "subscribe", publisher)``: that stream, nothing else."""
-    caplog.set_level(logging.WARNING, logger="container.bufferserver")
+    caplog.set_level(logging.WARNING, logger="stram.agent.bufferserver")
     data = windows([BASE, BASE + 1]) + [(M.END_STREAM, None)]
     for pid in ("1.out", "2.out"):
         publish(server.publisher(pid, 0), data)
@@ -746,7 +746,7 @@ def test_many_bad_connections_at_once_leave_the_server_healthy(server):
 
 
 def test_connection_that_sends_nothing_times_out(caplog):
-    caplog.set_level(logging.WARNING, logger="container.bufferserver")
+    caplog.set_level(logging.WARNING, logger="stram.agent.bufferserver")
     srv = BufferServer(TOKEN, handshake_timeout=0.2)
     srv.start()
     try:
@@ -776,13 +776,13 @@ def test_stop_closes_idle_subscribers_quickly():
 
 @pytest.fixture(scope="module")
 def identity():
-    from container import tls
+    from stram.common import tls
     return tls.make_identity("app-test")
 
 
 @pytest.fixture
 def tls_server(identity):
-    from container import tls
+    from stram.common import tls
     srv = BufferServer(TOKEN, ssl_context=tls.server_context(identity))
     srv.start()
     yield srv
@@ -790,7 +790,7 @@ def tls_server(identity):
 
 
 def test_tls_publish_and_subscribe_deliver_the_same_stream(tls_server, identity):
-    from container import tls
+    from stram.common import tls
     client = tls.client_context(identity.cert_pem)
     data = [(M.RESET_WINDOW, BASE)] + windows(range(BASE, BASE + 20), 5, size=3000) + [(M.END_STREAM, None)]
     live = Collector(Subscriber(tls_server.host, tls_server.port, TOKEN, "9.out", BASE + 10, ssl_context=client))
@@ -807,8 +807,8 @@ def test_tls_publish_and_subscribe_deliver_the_same_stream(tls_server, identity)
 
 
 def test_tls_server_refuses_plain_clients_and_strangers_and_keeps_serving(tls_server, identity, caplog):
-    from container import tls
-    caplog.set_level(logging.WARNING, logger="container.bufferserver")
+    from stram.common import tls
+    caplog.set_level(logging.WARNING, logger="stram.agent.bufferserver")
     publish(tls_server.publisher("p", 0), windows([BASE]) + [(M.END_STREAM, None)])
     # a client without TLS (even with the key) gets nothing: its request is not a TLS handshake
     with pytest.raises(BufferServerError, match="connection (closed|lost)"):
@@ -842,7 +842,7 @@ def test_tls_server_refuses_plain_clients_and_strangers_and_keeps_serving(tls_se
 @pytest.fixture(autouse=True)
 def fresh_log_limit():
     """Every test starts with the log's rate limit unspent (its counts are per process)."""
-    from container.bufferserver import server as server_mod
+    from stram.agent.bufferserver import server as server_mod
     server_mod.LOG_LIMIT._seen.clear()
     yield server_mod.LOG_LIMIT
     server_mod.LOG_LIMIT._seen.clear()
@@ -851,7 +851,7 @@ def fresh_log_limit():
 def test_a_flood_of_refused_connections_writes_a_bounded_log(server, caplog, fresh_log_limit):
     """500 connections with a wrong token: each refused, the log says so at most LOG_LIMIT.burst
     times per message in its interval (then counts), and the server still serves."""
-    caplog.set_level(logging.INFO, logger="container.bufferserver")
+    caplog.set_level(logging.INFO, logger="stram.agent.bufferserver")
     for _ in range(500):
         with pytest.raises(BufferServerError, match="wrong token"):
             RemotePublisher(server.host, server.port, b"nope", "p", 0)

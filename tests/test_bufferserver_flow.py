@@ -9,9 +9,11 @@ import time
 
 import pytest
 
-from container.bufferserver import BufferServer, MessageType as M, Subscriber
-from container.bufferserver.connection import _RECV_SIZE
-from container.bufferserver.store import _SEND_BUDGET, STALL_SECONDS
+from stram.agent.bufferserver import BufferServer
+from stram.agent.bufferserver import MessageType as M
+from stram.agent.bufferserver import Subscriber
+from stram.agent.bufferserver.connection import _RECV_SIZE
+from stram.agent.bufferserver.store import _SEND_BUDGET, STALL_SECONDS
 
 TOKEN = b"flow-token"
 PAYLOAD = 100_000

@@ -5,7 +5,9 @@ from __future__ import annotations
 import builtins
 import threading
 
-from container.bufferserver import BufferServer, MessageType as M, store
+from stram.agent.bufferserver import BufferServer
+from stram.agent.bufferserver import MessageType as M
+from stram.agent.bufferserver import store
 from tests.test_bufferserver import TOKEN, publish, read_all, subscribe, windows
 
 
@@ -97,7 +99,7 @@ def test_arrow_pieces_spill_and_come_back_as_one_stream(tmp_path):
     same batches, in order."""
     import pyarrow as pa
 
-    from container.codec import get_codec
+    from stram.agent.engine.codec import get_codec
 
     codec = get_codec("arrow")
     batches = [pa.record_batch({"id": pa.array(range(w * 3000, (w + 1) * 3000), pa.int64()),

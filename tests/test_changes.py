@@ -1,4 +1,4 @@
-"""Change tracking (appmaster/changes.py): a plan being built marks nothing, other threads still do.
+"""Change tracking (appmaster/core/changes.py): a plan being built marks nothing, other threads still do.
 
 A new plan (planned from a spec, or read back from a journal) is read whole by
 its readers, so its construction is not tracked; a change made meanwhile in
@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import threading
 
-from appmaster import changes, journal
-from appmaster.plan import PhysicalPlan, PTContainer
-from appmaster.spec import AppSpec
+from stram.master.core import changes
+from stram.master.core.plan import PhysicalPlan, PTContainer
+from stram.master.journal import document as journal
+from stram.master.spec import AppSpec
 
 SPEC = """
 name: wide
 operators:
-  src: {class: 'container.operators.io:LineReader', partitions: 40, properties: {path: /dev/null}}
-  out: {class: 'container.operators.io:JsonLinesOutput', partitions: 40, properties: {path: /dev/null}}
+  src: {class: 'stram.operators.io:LineReader', partitions: 40, properties: {path: /dev/null}}
+  out: {class: 'stram.operators.io:JsonLinesOutput', partitions: 40, properties: {path: /dev/null}}
 streams:
   s: {from: src.output, to: [out.input]}
 """

@@ -8,7 +8,7 @@ import decimal
 import pyarrow as pa
 import pytest
 
-from container.codec import ArrowCodec, Codec, PickleCodec, get_codec
+from stram.agent.engine.codec import ArrowCodec, Codec, PickleCodec, get_codec
 
 
 def test_get_codec_by_name():

@@ -1,10 +1,10 @@
-"""The incremental committed window (appmaster/committed.py) equals the full recomputation.
+"""The incremental committed window (appmaster/core/committed.py) equals the full recomputation.
 
 Pure tests: drawn applications (tests/randomplans.py) and drawn event
 sequences drive two MasterStates with the same events: one keeps its
-recovery checkpoints with :class:`appmaster.committed.CommittedWindow`
+recovery checkpoints with :class:`stram.master.core.committed.CommittedWindow`
 (from what changed), the other recomputes them over the whole plan after
-every heartbeat with :func:`appmaster.rules.recovery_checkpoints` (what
+every heartbeat with :func:`stram.master.core.rules.recovery_checkpoints` (what
 the master did before). After every event both states, their committed
 windows, recovery checkpoints, checkpoint deletions and responses are equal.
 """
@@ -20,9 +20,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "specdata"))
 
 from randomplans import Driver, handle, new_state, random_spec  # noqa: E402
-from appmaster.committed import CommittedWindow  # noqa: E402
-from appmaster.state import DeleteCheckpoints, MasterState, Reply, Start  # noqa: E402
-from appmaster.rules import recovery_checkpoints  # noqa: E402
+
+from stram.master.core.committed import CommittedWindow  # noqa: E402
+from stram.master.core.rules import recovery_checkpoints  # noqa: E402
+from stram.master.core.state import DeleteCheckpoints, MasterState, Reply, Start  # noqa: E402
 
 
 class FullRecomputation:

@@ -8,10 +8,10 @@ saved, ``cw`` the last window an operator reported finished.
 
 Two tiers:
 
-* the pure function :func:`appmaster.state.recovery_checkpoints` (and
+* the pure function :func:`stram.master.core.state.recovery_checkpoints` (and
   :func:`affected_operators`) on a physical plan whose
   ``PTOperator.checkpoints`` the test sets;
-* :class:`appmaster.state.MasterState` driven end to end with hand-written
+* :class:`stram.master.core.state.MasterState` driven end to end with hand-written
   ``ContainerHeartbeat`` messages, ``validate_state()`` after every step.
 """
 
@@ -25,11 +25,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "specdata"))
 
-import proto  # noqa: E402
 from statekit import START_MILLIS, StateRun, label  # noqa: E402
-from appmaster.plan import OperatorState, PhysicalPlan, PTOperator  # noqa: E402
-from appmaster.spec import AppSpec  # noqa: E402
-from appmaster.state import DeleteCheckpoints, LaunchContainer, affected_operators, recovery_checkpoints  # noqa: E402,E501
+
+from stram import wire as proto  # noqa: E402
+from stram.master.core.plan import OperatorState, PhysicalPlan, PTOperator  # noqa: E402
+from stram.master.core.state import (DeleteCheckpoints, LaunchContainer, affected_operators,  # noqa: E402,E501
+                                     recovery_checkpoints)
+from stram.master.spec import AppSpec  # noqa: E402
 
 #: The initial window of an application started at START_MILLIS (what MasterState computes).
 INITIAL = ((START_MILLIS // 1000) << 32) - 1

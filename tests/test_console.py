@@ -17,10 +17,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "specdata"))
 
-import proto  # noqa: E402
-from appmaster import console  # noqa: E402
-from appmaster.admin import create_app  # noqa: E402
 from statekit import START_MILLIS, StateRun  # noqa: E402
+
+from stram import wire as proto  # noqa: E402
+from stram.master.admin import console  # noqa: E402
+from stram.master.admin.rest import create_app  # noqa: E402
 
 #   src ──▶ up (2 partitions) ══▶ out          (up ══▶ out is THREAD_LOCAL: up's unifier sits with out)
 DAG = """
@@ -169,7 +170,7 @@ def test_the_documents_through_the_admin_app(client):
 def test_the_yarn_launcher_links_a_live_container_to_its_nodemanager_page(monkeypatch):
     import skein
 
-    from appmaster.yarn import YarnLauncher
+    from stram.master.launch.yarn import YarnLauncher
 
     class Client:
         """The part of a skein.ApplicationClient that launch and log_page use."""
@@ -188,7 +189,7 @@ def test_the_yarn_launcher_links_a_live_container_to_its_nodemanager_page(monkey
 
     monkeypatch.setenv("USER", "alice")
     launcher = YarnLauncher(Client(), {"container": (1024, 1)})
-    from appmaster.launcher import ContainerRequest
+    from stram.master.launch.local import ContainerRequest
     launcher.launch(ContainerRequest("container_000001", 1024, 1, (), {}))
     launcher.launch(ContainerRequest("container_000002", 1024, 1, (), {}))
     assert launcher.log_page("container_000001") == \

@@ -25,11 +25,11 @@ import urllib.parse
 import urllib.request
 
 import pytest
-
-from appmaster import apps as stram_apps
 from conftest import ROOT, read_counts, word_truth
 from e2ekit import admin, launch_detached, wait_final, wait_until
 from needs import missing
+
+from stram.common import apps as stram_apps
 
 pytestmark = pytest.mark.slow
 
@@ -108,9 +108,9 @@ attributes: {{STREAMING_WINDOW_SIZE_MILLIS: 100, HEARTBEAT_INTERVAL_MILLIS: 300,
              PROCESSING_MODE: EXACTLY_ONCE}}
 operators:
   reader: {{class: "tests.e2e_ops:LinesThenIdle", properties: {{path: "{path}", lines_per_window: {lines_per_window}}}}}
-  split: {{class: "container.operators.text:WordSplitter", partitions: 2}}
-  count: {{class: "container.operators.aggregate:KeyCounter"}}
-  out: {{class: "container.operators.io:JsonLinesOutput", properties: {{path: "{tmp_path / 'out'}"}}}}
+  split: {{class: "stram.operators.text:WordSplitter", partitions: 2}}
+  count: {{class: "stram.operators.aggregate:KeyCounter"}}
+  out: {{class: "stram.operators.io:JsonLinesOutput", properties: {{path: "{tmp_path / 'out'}"}}}}
 streams:
   lines: {{from: reader.output, to: [split.input]}}
   words: {{from: split.output, to: [count.input]}}
@@ -238,7 +238,7 @@ def test_console_follows_a_wordcount_and_kills_a_container_from_the_page(tmp_pat
         if page is not None:
             page.close()
         if stram_apps.find_app(app_id).get("state") not in stram_apps.TERMINAL:
-            from scripts import cli
+            from stram.client import cli
             cli.main(["kill-app", app_id])
             wait_final(app_id, timeout=60)
 
@@ -339,6 +339,6 @@ def test_behind_a_proxy_a_script_name_shows_as_text_and_scale_and_kill_work(tmp_
         if proxy is not None:
             proxy.close()
         if stram_apps.find_app(app_id).get("state") not in stram_apps.TERMINAL:
-            from scripts import cli
+            from stram.client import cli
             cli.main(["kill-app", app_id])
             wait_final(app_id, timeout=60)

@@ -1,4 +1,4 @@
-"""Containers' credential files (appmaster/credentials.py): written before each launch, several at once on HDFS.
+"""Containers' credential files (appmaster/process/credentials.py): written before each launch, several at once on HDFS.
 
 The fast tests use the real local file system, told it is remote so that the
 threaded path runs; the slow one starts a master on the real NameNode (the
@@ -15,14 +15,14 @@ import threading
 import uuid
 
 import pytest
-
-from appmaster import credentials as credentials_mod
-from appmaster.credentials import CredentialFiles
-from appmaster.instructions import KillContainer, LaunchContainer
-from container import apppath, fs
-from container.secret import container_credential
 from conftest import ROOT
 from hadoop import as_user_of
+
+from stram.common import apppath, fs
+from stram.common.secret import container_credential
+from stram.master.core.instructions import KillContainer, LaunchContainer
+from stram.master.process import credentials as credentials_mod
+from stram.master.process.credentials import CredentialFiles
 
 TOKEN = "t0ken"
 
@@ -99,12 +99,12 @@ def test_on_the_local_file_system_each_launch_writes_its_own(tmp_path, monkeypat
 
 _START_ON_HDFS = """
 import json, sys, time
-from appmaster.launcher import Launcher
-from appmaster.master import AppMaster
-from appmaster.spec import AppSpec
-from appmaster.events import Start
-from container import apppath, fs
-from container.secret import container_credential
+from stram.master.launch.local import Launcher
+from stram.master.process.master import AppMaster
+from stram.master.spec import AppSpec
+from stram.master.core.events import Start
+from stram.common import apppath, fs
+from stram.common.secret import container_credential
 
 class Recording(Launcher):
     def __init__(self): self.launched = []
@@ -129,7 +129,7 @@ print(json.dumps({"launched": master.launcher.launched, "wrong": wrong, "seconds
 def test_a_master_on_hdfs_writes_every_launched_containers_credential(minicluster, monkeypatch, tmp_path_factory):
     cluster = as_user_of(minicluster, monkeypatch, tmp_path_factory)
     spec = "name: wide\noperators:\n" + "".join(
-        f"  o{i}: {{class: 'container.operators.io:LineReader', properties: {{path: /dev/null}}}}\n"
+        f"  o{i}: {{class: 'stram.operators.io:LineReader', properties: {{path: /dev/null}}}}\n"
         for i in range(3 * credentials_mod.WRITERS))
     app_path = cluster.uri(f"/tests/credentials-{uuid.uuid4().hex[:8]}")
     proc = subprocess.run([sys.executable, "-c", _START_ON_HDFS, app_path, spec], cwd=ROOT, env=dict(os.environ),
@@ -158,13 +158,14 @@ def _full_disk_for(monkeypatch, failures: int) -> list[str]:
 
 
 def _master(tmp_path, timeout_secs: int):  # noqa: ANN001
-    from appmaster.master import AppMaster
-    from appmaster.spec import AppSpec
     from test_scale import FakeLauncher  # records launches, starts no processes
+
+    from stram.master.process.master import AppMaster
+    from stram.master.spec import AppSpec
 
     spec = AppSpec.from_yaml(
         f"name: two\nattributes: {{DISK_FULL_TIMEOUT_SECS: {timeout_secs}}}\noperators:\n"
-        + "".join(f"  o{i}: {{class: 'container.operators.io:LineReader', properties: {{path: /dev/null}}}}\n"
+        + "".join(f"  o{i}: {{class: 'stram.operators.io:LineReader', properties: {{path: /dev/null}}}}\n"
                   for i in range(2)))
     return AppMaster(spec, "application_0_0043", f"file://{tmp_path}/app", TOKEN, FakeLauncher(), host="127.0.0.1")
 
@@ -174,7 +175,7 @@ def test_a_launch_waits_for_space_to_write_the_credential(tmp_path, monkeypatch)
     back (the status says what waits meanwhile), then the container starts with its credential."""
     import time
 
-    from appmaster.events import Start
+    from stram.master.core.events import Start
 
     failed = _full_disk_for(monkeypatch, 4)
     master = _master(tmp_path, 60)
@@ -194,7 +195,7 @@ def test_a_launch_waits_for_space_to_write_the_credential(tmp_path, monkeypatch)
 def test_a_launch_that_never_finds_space_fails_the_application_saying_why(tmp_path, monkeypatch):
     import time
 
-    from appmaster.events import Start
+    from stram.master.core.events import Start
 
     _full_disk_for(monkeypatch, 10**9)
     master = _master(tmp_path, 1)

@@ -19,11 +19,10 @@ import threading
 import time
 
 import pytest
-
 from conftest import ROOT, read_counts, word_truth
-from appmaster import apps as stram_apps
-from e2ekit import (admin, app_processes, kill_container_of, launch_detached, running_operators, wait_final,
-                    wait_until)
+from e2ekit import admin, app_processes, kill_container_of, launch_detached, running_operators, wait_final, wait_until
+
+from stram.common import apps as stram_apps
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,6 @@
 """The one door into the master's state: events in, instructions out, nothing dropped.
 
-:class:`appmaster.master.Dispatcher` takes the lock, has ``MasterState.handle``
+:class:`stram.master.process.master.Dispatcher` takes the lock, has ``MasterState.handle``
 decide, writes the journal, then carries out the instructions. Pure: fake states
 and recorded actions; the AppMaster tests use a fake launcher and ``tmp_path``.
 """
@@ -13,17 +13,17 @@ from dataclasses import dataclass
 
 import pytest
 
-from appmaster import state as state_mod
-from appmaster.master import AppMaster, Dispatcher
-from appmaster.spec import AppSpec
-from appmaster.state import (Instruction, KillContainer, LaunchContainer, MasterEvent, MasterState,
-                             Note, Reply, SplitCheckpoints, Tick, UnknownEvent, UnknownInstruction)
+from stram.master.core import state as state_mod
+from stram.master.core.state import (Instruction, KillContainer, LaunchContainer, MasterEvent, MasterState, Note, Reply,
+                                     SplitCheckpoints, Tick, UnknownEvent, UnknownInstruction)
+from stram.master.process.master import AppMaster, Dispatcher
+from stram.master.spec import AppSpec
 
 SPEC = """
 name: door
 operators:
-  reader: {class: "container.operators.io:LineReader", properties: {path: x.txt}}
-  out: {class: "container.operators.io:JsonLinesOutput", properties: {path: /tmp/x}}
+  reader: {class: "stram.operators.io:LineReader", properties: {path: x.txt}}
+  out: {class: "stram.operators.io:JsonLinesOutput", properties: {path: /tmp/x}}
 streams:
   lines: {from: reader.output, to: [out.input]}
 """
@@ -155,7 +155,7 @@ def test_while_the_master_starts_other_threads_events_are_refused_as_paused(tmp_
     (agents retry those); once it is, its actions (launches) run with every thread served."""
     import time
 
-    from appmaster.events import MasterPaused
+    from stram.master.core.events import MasterPaused
 
     class Local(FakeLauncher):
         tls_by_default = False
@@ -225,7 +225,7 @@ def test_a_batch_is_handled_in_order_under_one_lock_with_one_journal_write_then_
 def test_a_paused_master_refuses_the_whole_batch_and_handles_none_of_it():
     dispatcher, log = door({Tick: [Reply("tick")]})
     dispatcher.refusing = lambda: "paused: no space left on device"
-    from appmaster.events import MasterPaused
+    from stram.master.core.events import MasterPaused
     with pytest.raises(MasterPaused, match="no space left"):
         dispatcher.dispatch_many([Tick(1), Tick(2)])
     assert dispatcher.state.handled == [] and log == []

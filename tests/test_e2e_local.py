@@ -10,11 +10,11 @@ import sys
 import time
 
 import pytest
-
 from conftest import ROOT, read_counts, word_truth
 from e2ekit import admin, app_processes, launch_detached, running_operators, wait_final, wait_until
-from scripts import cli
-from appmaster import apps as stram_apps
+
+from stram.client import cli
+from stram.common import apps as stram_apps
 
 pytestmark = pytest.mark.slow
 
@@ -84,7 +84,7 @@ streams:
 def test_ctrl_c_stops_master_and_containers(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "scripts.cli", "launch", "specs/wordcount.yaml",
+        [sys.executable, "-m", "stram.client.cli", "launch", "specs/wordcount.yaml",
          "-D", f"operators.reader.path={MOBY}", "-D", "operators.reader.lines_per_window=5",
          "-D", f"operators.out.path={out}"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -1,4 +1,4 @@
-"""The end of an application (appmaster/ending.py): containers still ending their operators.
+"""The end of an application (appmaster/core/ending.py): containers still ending their operators.
 
 Pure MasterState tests with hand-written heartbeats. After the application
 ends, a container that heartbeats ``ending`` (its outputs still make their last
@@ -11,13 +11,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import proto
+from stram import wire as proto
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "specdata"))
 from statekit import StateRun  # noqa: E402
 
-from appmaster.events import ContainersStopped, ErrorReport, KillApp  # noqa: E402
-from appmaster.state import Finish  # noqa: E402
+from stram.master.core.events import ContainersStopped, ErrorReport, KillApp  # noqa: E402
+from stram.master.core.state import Finish  # noqa: E402
 
 LINEAR = """
 name: ending

@@ -13,10 +13,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "specdata"))
 
-import proto  # noqa: E402
-from appmaster.client import failure_note  # noqa: E402
-from appmaster.plan import ContainerState  # noqa: E402
 from statekit import StateRun  # noqa: E402
+
+from stram import wire as proto  # noqa: E402
+from stram.client.commands import failure_note  # noqa: E402
+from stram.master.core.plan import ContainerState  # noqa: E402
 
 FAILED = proto.OperatorHeartbeat.FAILED
 SPEC = """
@@ -136,8 +137,8 @@ def test_info_and_the_progress_line_show_each_failure_as_it_happens():
 
 
 def test_line_reader_setup_fails_fatally_on_a_missing_file_or_a_directory(tmp_path):
-    from container.operator import FatalError
-    from container.operators.io import LineReader
+    from stram.operator import FatalError
+    from stram.operators.io import LineReader
     reader = LineReader()
     for path, why in ((tmp_path / "missing.txt", "does not exist"), (tmp_path, "is a directory")):
         reader.path = str(path)

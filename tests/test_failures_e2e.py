@@ -14,12 +14,12 @@ import sys
 import time
 
 import pytest
-
-from appmaster import apps as stram_apps
-from appmaster.client import LocalRun
 from conftest import ROOT
 from e2ekit import launch_detached, wait_final, wait_until
-from scripts import cli
+
+from stram.client import cli
+from stram.client.commands import LocalRun
+from stram.common import apps as stram_apps
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +29,7 @@ FAST = ["-D", "STREAMING_WINDOW_SIZE_MILLIS=100", "-D", "HEARTBEAT_INTERVAL_MILL
 
 
 def get_app_info(app_id: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "scripts.cli", "get-app-info", app_id], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "stram.client.cli", "get-app-info", app_id], capture_output=True,
                          text=True, cwd=ROOT, timeout=60)
     return out.stdout
 
@@ -46,7 +46,7 @@ def test_a_bad_input_path_fails_fast_naming_the_reader_and_the_path(tmp_path, ma
     app = wait_final(app_id, timeout=60)
     assert time.monotonic() - started < 45
     assert app["state"] == "FAILED"
-    assert app["diagnostics"].startswith(f"operator reader (1) failed fatally: container.operator.FatalError: "
+    assert app["diagnostics"].startswith(f"operator reader (1) failed fatally: stram.FatalError: "
                                          f"LineReader: the input {'file' if 'exist' in why else 'path'} "
                                          f"{path} {why}")
     assert cli.main(["wait", app_id, "--timeout", "10"]) == 1
@@ -61,9 +61,9 @@ name: picky
 attributes: {{STREAMING_WINDOW_SIZE_MILLIS: 100, HEARTBEAT_INTERVAL_MILLIS: 300, CHECKPOINT_WINDOW_COUNT: 5,
              RETRY_DETERMINISTIC_FAILURES: {str(retry).lower()}}}
 operators:
-  reader: {{class: "container.operators.io:LineReader", properties: {{path: "{MOBY}"}}}}
+  reader: {{class: "stram.operators.io:LineReader", properties: {{path: "{MOBY}"}}}}
   split: {{class: "tests.e2e_ops:PickySplitter", properties: {{bad: shipkeepers}}}}
-  out: {{class: "container.operators.io:JsonLinesOutput", properties: {{path: "{tmp_path / 'out'}"}}}}
+  out: {{class: "stram.operators.io:JsonLinesOutput", properties: {{path: "{tmp_path / 'out'}"}}}}
 streams:
   lines: {{from: reader.output, to: [split.input], locality: CONTAINER_LOCAL}}
   words: {{from: split.output, to: [out.input]}}

@@ -48,7 +48,7 @@ def fast(tmp_path: pathlib.Path) -> bool:
 def test_atexit_handlers_run_last_registered_first(tmp_path):
     done = run(tmp_path, """
         import atexit, logging
-        from container import logsetup
+        from stram.common import logsetup
         logsetup.configure(os.path.join(sys.argv[1], "x.log"))  # flushed by logging's own handler
         logging.getLogger("x").info("the last line")
         def write(name):
@@ -69,7 +69,7 @@ def test_atexit_handlers_run_last_registered_first(tmp_path):
 def test_files_left_open_keep_all_their_data(tmp_path):
     done = run(tmp_path, """
         import gzip
-        from container import logsetup
+        from stram.common import logsetup
         logsetup.freeze_startup()  # as the container does before its operators run
         d = sys.argv[1]
         text = open(os.path.join(d, "text"), "w")
@@ -100,7 +100,7 @@ def test_files_left_open_keep_all_their_data(tmp_path):
 def test_files_frozen_by_someone_else_are_flushed_too(tmp_path):
     done = run(tmp_path, """
         import gc
-        from container import logsetup
+        from stram.common import logsetup
         logsetup.freeze_startup()
         f = open(os.path.join(sys.argv[1], "out"), "w")
         f.write("kept")
@@ -116,7 +116,7 @@ def test_exit_code_as_sys_exit_gives_it(tmp_path):
     for code, status in (("0", 0), ("3", 3), ("None", 0), ("-1", 255), ("True", 1)):
         done = run(tmp_path, f"""
             import atexit
-            from container import logsetup
+            from stram.common import logsetup
             atexit.register(print, "handler ran")
             logsetup.exit_fast({code})
         """)
@@ -124,7 +124,7 @@ def test_exit_code_as_sys_exit_gives_it(tmp_path):
         assert done.stdout == "handler ran\n", code
         assert done.stderr == "", code
     done = run(tmp_path, """
-        from container import logsetup
+        from stram.common import logsetup
         logsetup.exit_fast("cannot go on")
     """)
     assert done.returncode == 1
@@ -134,7 +134,7 @@ def test_exit_code_as_sys_exit_gives_it(tmp_path):
 def test_a_live_thread_gets_the_normal_exit(tmp_path):
     done = run(tmp_path, """
         import threading, time
-        from container import logsetup
+        from stram.common import logsetup
         def late():
             time.sleep(0.3)
             open(os.path.join(sys.argv[1], "late"), "w").close()
@@ -152,7 +152,7 @@ def test_a_busy_pool_worker_gets_the_normal_exit_even_when_daemon(tmp_path):
     done = run(tmp_path, """
         import threading, time
         from concurrent.futures import ThreadPoolExecutor
-        from container import logsetup
+        from stram.common import logsetup
         pool = ThreadPoolExecutor(1)
         def late():
             time.sleep(0.3)
@@ -171,7 +171,7 @@ def test_threads_that_end_soon_or_are_daemons_keep_the_fast_path(tmp_path):
     done = run(tmp_path, """
         import threading, time
         from concurrent.futures import ThreadPoolExecutor
-        from container import logsetup
+        from stram.common import logsetup
         threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
         def soon():
             time.sleep(0.01)
@@ -190,7 +190,7 @@ def test_threads_that_end_soon_or_are_daemons_keep_the_fast_path(tmp_path):
 def test_temporary_directories_and_finalizers_are_cleaned(tmp_path):
     done = run(tmp_path, """
         import tempfile, weakref
-        from container import logsetup
+        from stram.common import logsetup
         class Resource:
             pass
         kept = Resource()

@@ -7,12 +7,12 @@ import pathlib
 import re
 
 import pytest
-
-from appmaster import apps as stram_apps
 from conftest import ROOT, read_counts, word_truth
 from e2e_ops import KeyedSource
 from e2ekit import app_processes, launch_detached
-from scripts import cli
+
+from stram.client import cli
+from stram.common import apps as stram_apps
 
 pytestmark = pytest.mark.slow
 
@@ -34,13 +34,13 @@ def test_succeeded_only_once_every_output_window_is_final(tmp_path):
         "attributes": {"STREAMING_WINDOW_SIZE_MILLIS": 100, "CHECKPOINT_WINDOW_COUNT": 5,
                        "HEARTBEAT_INTERVAL_MILLIS": 300, "PROCESSING_MODE": "EXACTLY_ONCE"},
         "operators": {
-            "reader": {"class": "container.operators.io:LineReader", "properties": {"path": str(WORDS)}},
-            "split": {"class": "container.operators.text:WordSplitter"},
-            "count": {"class": "container.operators.aggregate:KeyCounter"},
+            "reader": {"class": "stram.operators.io:LineReader", "properties": {"path": str(WORDS)}},
+            "split": {"class": "stram.operators.text:WordSplitter"},
+            "count": {"class": "stram.operators.aggregate:KeyCounter"},
             "out": {"class": "tests.e2e_ops:SlowFinalOutput", "properties": {"path": str(out), "delay": 12.0}},
             "keys": {"class": "tests.e2e_ops:KeyedSource", "properties": {"per_window": 20, "total": 800}},
-            "kcount": {"class": "container.operators.aggregate:KeyCounter"},
-            "kout": {"class": "container.operators.io:JsonLinesOutput", "properties": {"path": str(keyed)}},
+            "kcount": {"class": "stram.operators.aggregate:KeyCounter"},
+            "kout": {"class": "stram.operators.io:JsonLinesOutput", "properties": {"path": str(keyed)}},
         },
         "streams": {"lines": {"from": "reader.output", "to": ["split.input"]},
                     "words": {"from": "split.output", "to": ["count.input"]},
@@ -52,7 +52,7 @@ def test_succeeded_only_once_every_output_window_is_final(tmp_path):
     path.write_text(json.dumps(spec))  # JSON is YAML
     app_id = launch_detached(str(path))
     assert cli.main(["wait", app_id, "--timeout", "180"]) == 0
-    agents = [p for p in app_processes(app_id) if p.cmdline()[-2:] == ["-m", "container"]]
+    agents = [p for p in app_processes(app_id) if p.cmdline()[-2:] == ["-m", "stram.agent"]]
     assert agents == [], "SUCCEEDED while container processes still ran"
     truth = word_truth(WORDS)
     sums, maxima, _ = read_counts(out)
@@ -70,9 +70,9 @@ def late_final_spec(tmp_path, **out_properties) -> str:
                        "HEARTBEAT_INTERVAL_MILLIS": 300, "HEARTBEAT_TIMEOUT_MILLIS": 6000,
                        "PROCESSING_MODE": "EXACTLY_ONCE", **out_properties.pop("attributes", {})},
         "operators": {
-            "reader": {"class": "container.operators.io:LineReader", "properties": {"path": str(WORDS)}},
-            "split": {"class": "container.operators.text:WordSplitter"},
-            "count": {"class": "container.operators.aggregate:KeyCounter"},
+            "reader": {"class": "stram.operators.io:LineReader", "properties": {"path": str(WORDS)}},
+            "split": {"class": "stram.operators.text:WordSplitter"},
+            "count": {"class": "stram.operators.aggregate:KeyCounter"},
             "out": {"class": "tests.e2e_ops:LateFinalOutput",
                     "properties": {"path": str(tmp_path / "out"), **out_properties}},
         },
@@ -91,7 +91,7 @@ def test_a_container_still_ending_its_output_is_waited_for_past_the_heartbeat_ti
     SUCCEEDED comes with the whole output."""
     app_id = launch_detached(late_final_spec(tmp_path, delay=15.0))
     assert cli.main(["wait", app_id, "--timeout", "180"]) == 0
-    assert not [p for p in app_processes(app_id) if p.cmdline()[-2:] == ["-m", "container"]]
+    assert not [p for p in app_processes(app_id) if p.cmdline()[-2:] == ["-m", "stram.agent"]]
     sums, maxima, _ = read_counts(tmp_path / "out")
     truth = word_truth(WORDS)
     assert sums == truth and maxima == dict(truth)
@@ -108,7 +108,7 @@ def test_a_container_stopped_while_still_ending_fails_the_application(tmp_path):
     assert app["state"] == "FAILED"
     assert re.match(r"the application ended, but container \S+ was stopped while still ending out \(\d+\) "
                     r"\(END_TIMEOUT_SECS=5\)", app["diagnostics"]), app["diagnostics"]
-    assert not [p for p in app_processes(app_id) if p.cmdline()[-2:] == ["-m", "container"]]
+    assert not [p for p in app_processes(app_id) if p.cmdline()[-2:] == ["-m", "stram.agent"]]
 
 
 def test_an_output_failing_in_its_teardown_after_the_end_fails_the_application(tmp_path):

@@ -2,7 +2,7 @@
 
 pyarrow (with numpy) is about 30 MB of resident memory and a tenth of a second of
 start-up in every process that imports it. The master and the containers reach a
-local ``APP_PATH`` through ``os`` (:mod:`container.localfs`) and HDFS through
+local ``APP_PATH`` through ``os`` (:mod:`stram.common.localfs`) and HDFS through
 ``pyarrow.fs``; ``stram`` itself validates a spec, which imports the spec's
 operator classes, and must not pay for pyarrow on the way, nor for ``ssl`` and
 ``urllib.request`` (7 MB), which only its admin API calls need.
@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 PROBE = """
 import json, sys
-import scripts.cli
-from appmaster.spec import AppSpec
+import stram.client.cli
+from stram.master.spec import AppSpec
 spec = AppSpec.from_yaml(open({spec!r}).read())
 print(json.dumps(sorted(m for m in ("pyarrow", "numpy", "pyspark", "flask", "grpc", "ssl", "urllib.request")
                         if m in sys.modules)))
@@ -37,17 +37,17 @@ def _heavy_modules_after_validating(spec: str) -> list[str]:
 
 
 def test_validating_the_word_count_imports_no_pyarrow() -> None:
-    """The built-in file operators import pyarrow only when they run (container.fs is lazy)."""
+    """The built-in file operators import pyarrow only when they run (stram.common.fs is lazy)."""
     assert _heavy_modules_after_validating("specs/wordcount.yaml") == []
 
 
 def test_the_probe_sees_an_eager_import(tmp_path) -> None:
     """The probe can fail: a spec whose operator module imports pyarrow at the top is seen."""
     (tmp_path / "eager_op.py").write_text(
-        "import pyarrow\nfrom container.operator import Operator, InputPort\n"
+        "import pyarrow\nfrom stram.operator import Operator, InputPort\n"
         "class Eager(Operator):\n    input = InputPort()\n    def process_input(self, t):\n        pass\n")
     spec = tmp_path / "eager.yaml"
-    spec.write_text("name: eager\noperators:\n  reader: {class: 'container.operators.io:LineReader', "
+    spec.write_text("name: eager\noperators:\n  reader: {class: 'stram.operators.io:LineReader', "
                     "properties: {path: x.txt}}\n  eager: {class: 'eager_op:Eager'}\n"
                     "streams:\n  s: {from: reader.output, to: [eager.input]}\n")
     probe = PROBE.format(spec=str(spec)).replace("import json, sys", f"import json, sys; sys.path.insert(0, {str(tmp_path)!r})")
@@ -68,7 +68,7 @@ def test_a_local_launch_imports_pyarrow_nowhere(tmp_path) -> None:
             "atexit.register(lambda: print('HEAVY', sorted(m for m in ('pyarrow', 'numpy', 'pyspark') "
             "if m in sys.modules), file=sys.stderr))\n"
             "sys.argv = ['stram'] + sys.argv[1:]\n"
-            "runpy.run_module('scripts.cli', run_name='__main__')\n")
+            "runpy.run_module('stram.client.cli', run_name='__main__')\n")
     proc = subprocess.run([sys.executable, "-c", code, "launch", "specs/wordcount.yaml",
                            "-D", f"operators.reader.path={text}", "-D", f"operators.out.path={out}"],
                           cwd=ROOT, capture_output=True, text=True, timeout=240,

@@ -1,4 +1,4 @@
-"""The umbilical's front process (appmaster.front): real gRPC calls into a real child process, relayed
+"""The umbilical's front process (stram.master.umbilical.front): real gRPC calls into a real child process, relayed
 to the master's servicer in this one.
 
 tests/test_heartbeat_stream.py runs its every test against the front too, and
@@ -16,12 +16,12 @@ import time
 import grpc
 import pytest
 
-import proto
-from appmaster.events import MasterPaused
-from appmaster.front import FrontServer
-from appmaster.server import UmbilicalServicer
-from appmaster.state import UnknownContainer
-from container.secret import container_credential
+from stram import wire as proto
+from stram.common.secret import container_credential
+from stram.master.core.events import MasterPaused
+from stram.master.core.state import UnknownContainer
+from stram.master.umbilical.front import FrontServer
+from stram.master.umbilical.server import UmbilicalServicer
 
 TOKEN = "front-token"
 C1, C2 = "container_000001", "container_000002"
@@ -132,7 +132,7 @@ def test_a_stream_is_answered_in_order_and_the_master_hears_the_streams_and_the_
 
 def test_a_garbled_request_gets_invalid_argument_and_the_rest_goes_on(served, caplog):
     garbled = served.channel.unary_unary("/stram.StreamingContainerUmbilical/GetInitContext")
-    with caplog.at_level(logging.WARNING, logger="appmaster.front"):
+    with caplog.at_level(logging.WARNING, logger="stram.master.umbilical.front"):
         with pytest.raises(grpc.RpcError) as err:
             garbled(b"\xff\xff\xff\xff not a protobuf", metadata=md(C1), timeout=10)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -142,7 +142,7 @@ def test_a_garbled_request_gets_invalid_argument_and_the_rest_goes_on(served, ca
 
 
 def test_the_fronts_log_lines_reach_the_masters_log(served, caplog):
-    with caplog.at_level(logging.WARNING, logger="appmaster.server"):
+    with caplog.at_level(logging.WARNING, logger="stram.master.umbilical.server"):
         with pytest.raises(grpc.RpcError):
             served.stub.GetInitContext(proto.InitContextRequest(container_id=C1), metadata=(), timeout=10)
         deadline = time.monotonic() + 10

@@ -24,7 +24,6 @@ import tarfile
 import textwrap
 
 import pytest
-
 from conftest import ROOT
 
 pytestmark = pytest.mark.slow
@@ -130,8 +129,8 @@ def test_container_fs_through_libhdfs(hadoop_env, tmp_path):
     result = run_python(f"""
         import json
         import pyarrow.fs as pafs
-        from appmaster.yarn import check_hdfs
-        from container import fs
+        from stram.master.launch.yarnnode import check_hdfs
+        from stram.common import fs
         base = {base!r}
         found = check_hdfs(base)
         hfs, path = fs.resolve(base)
@@ -168,8 +167,8 @@ def test_wildcard_classpath_really_fails_as_check_hdfs_says(hadoop_env, tmp_path
            "CLASSPATH": f"{hadoop_env['CONF_DIR']}{os.pathsep}{hadoop_env['JARS_DIR']}/*"}
     result = run_python(f"""
         import json
-        from appmaster.yarn import check_hdfs
-        from container import fs
+        from stram.master.launch.yarnnode import check_hdfs
+        from stram.common import fs
         out = {{}}
         try:
             check_hdfs("hdfs://default{tmp_path}")
@@ -205,5 +204,5 @@ def test_hdfs_uri_without_namenode(hadoop_env, tmp_path):
         """, env)
     assert result["default"] == "File"
     # pyarrow 26 hands "hdfs://" to Hadoop as the NameNode: stram qualifies hdfs:/// paths from
-    # fs.defaultFS at submission (yarn.qualify_hdfs); container/fs.py could map it to "default"
+    # fs.defaultFS at submission (yarn.qualify_hdfs); stram/common/fs.py could map it to "default"
     assert result["bare"] in ("HDFS connection failed", "File"), result

@@ -1,4 +1,4 @@
-"""container.fs.hdfs_retry: which HDFS failures are waited out, for how long, and what is raised at once.
+"""stram.common.fs.hdfs_retry: which HDFS failures are waited out, for how long, and what is raised at once.
 
 The NameNode itself is the session's mini cluster in tests/test_yarn_hdfs_faults.py;
 here a helper fails the way libhdfs reports a NameNode that is away (errno 255,
@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from container import fs
+from stram.common import fs
 
 
 def failing(outcomes):

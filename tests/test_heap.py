@@ -1,4 +1,4 @@
-"""container.heap: an 8 MB block comes from the heap once the thresholds are set (glibc)."""
+"""stram.agent.engine.heap: an 8 MB block comes from the heap once the thresholds are set (glibc)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ class MallInfo2(ctypes.Structure):
 libc = ctypes.CDLL(None)
 libc.mallinfo2.restype = MallInfo2
 if {tune}:
-    from container import heap
+    from stram.agent.engine import heap
     assert heap.tune()
 before = libc.mallinfo2().hblks
 block = bytearray(8 << 20)

@@ -9,14 +9,14 @@ from concurrent import futures
 import grpc
 import pytest
 
-import proto
-from appmaster.front import FrontServer, create_front
-from appmaster.master import Dispatcher
-from appmaster.server import UmbilicalServicer, create_server
-from appmaster.spec import AppSpec
-from appmaster.state import DeleteCheckpoints, Finish, KillContainer, LaunchContainer, MasterState
-from container.secret import container_credential
-from container.umbilical import Umbilical
+from stram import wire as proto
+from stram.agent.umbilical import Umbilical
+from stram.common.secret import container_credential
+from stram.master.core.state import DeleteCheckpoints, Finish, KillContainer, LaunchContainer, MasterState
+from stram.master.process.master import Dispatcher
+from stram.master.spec import AppSpec
+from stram.master.umbilical.front import FrontServer, create_front
+from stram.master.umbilical.server import UmbilicalServicer, create_server
 
 TOKEN = "stream-token"
 C1, C2 = "container_000001", "container_000002"
@@ -25,8 +25,8 @@ SPEC = """
 name: stream-test
 attributes: {HEARTBEAT_INTERVAL_MILLIS: 700}
 operators:
-  reader: {class: "container.operators.io:LineReader", properties: {path: specs/data/words.txt}}
-  out: {class: "container.operators.io:JsonLinesOutput", properties: {path: /tmp/stream-out}}
+  reader: {class: "stram.operators.io:LineReader", properties: {path: specs/data/words.txt}}
+  out: {class: "stram.operators.io:JsonLinesOutput", properties: {path: /tmp/stream-out}}
 streams:
   lines: {from: reader.output, to: [out.input]}
 """
@@ -74,7 +74,7 @@ class Master:
 
 @pytest.fixture(params=[False, True], ids=["in-process", "front-process"])
 def front(request) -> bool:
-    """The umbilical served in the master's process, or by its front process (appmaster.front)."""
+    """The umbilical served in the master's process, or by its front process (stram.master.umbilical.front)."""
     return request.param
 
 
@@ -127,7 +127,7 @@ def _until(predicate, timeout: float = 10.0) -> bool:
 
 
 def test_the_servicer_counts_the_heartbeat_streams_open(tmp_path, master):
-    """What the master's GIL switch interval goes by (appmaster.housekeeping.switch_interval)."""
+    """What the master's GIL switch interval goes by (stram.master.process.housekeeping.switch_interval)."""
     assert master.servicer.open_streams == 0
     one, two = agent(tmp_path, C1), agent(tmp_path, C2)
     try:
@@ -232,7 +232,7 @@ def test_a_stream_follows_the_master_to_its_new_address(tmp_path, front):
 
 
 def test_heartbeat_stream_over_tls(tmp_path, front):
-    from container import tls
+    from stram.common import tls
     identity = tls.load_or_make_identity(f"file://{tmp_path}", "app-test")  # where the agent finds it
     m = Master(tmp_path, tls_identity=identity, front=front)
     try:

@@ -14,9 +14,9 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from appmaster.housekeeping import Purger  # noqa: E402
-from appmaster.reports import END_MILLIS, METRICS, TUPLES_IN, TUPLES_OUT, WINDOW_ID, WindowHistory  # noqa: E402
-from container import fs  # noqa: E402
+from stram.common import fs  # noqa: E402
+from stram.master.core.reports import END_MILLIS, METRICS, TUPLES_IN, TUPLES_OUT, WINDOW_ID, WindowHistory  # noqa: E402
+from stram.master.process.housekeeping import Purger  # noqa: E402
 from tests.statekit import StateRun  # noqa: E402
 
 
@@ -93,8 +93,8 @@ def test_fs_delete_of_local_files_and_directories(tmp_path):
 SPEC = """
 name: samples
 operators:
-  src: {class: "container.operators.io:LineReader", properties: {path: /dev/null}}
-  out: {class: "container.operators.io:JsonLinesOutput", properties: {path: /tmp/samples-out}}
+  src: {class: "stram.operators.io:LineReader", properties: {path: /dev/null}}
+  out: {class: "stram.operators.io:JsonLinesOutput", properties: {path: /tmp/samples-out}}
 streams:
   s: {from: src.output, to: [out.input]}
 """
@@ -171,8 +171,8 @@ def test_recording_a_heartbeats_windows_equals_appending_and_counting_each():
     """WindowHistory.record (the heartbeat's one call per operator) against append and
     OperatorTotals.add of each window, over drawn heartbeats: agents that send their totals or only
     the ports, metrics now and then, retried windows, figures past 64 bits."""
-    import proto
-    from appmaster.reports import OperatorTotals, decode_metrics, port_totals
+    from stram import wire as proto
+    from stram.master.core.reports import OperatorTotals, decode_metrics, port_totals
     rng = random.Random(11)
     for case in range(300):
         maxlen = rng.choice([1, 2, 3, 20])
@@ -220,7 +220,7 @@ def test_recording_a_heartbeats_windows_equals_appending_and_counting_each():
 def test_readers_copy_a_few_operators_per_hold_of_the_lock_and_see_the_same(monkeypatch):
     """The operators page and get-app-info copy COPY_CHUNK operators per hold of the master's
     lock (heartbeats go on in between); pieced together they equal the one-hold answer."""
-    from appmaster import reports
+    from stram.master.core import reports
     run = StateRun(SPEC.replace("src: {", "src: {partitions: 5, "))
     run.deploy()
     run.everyone(2, 1)
@@ -252,10 +252,10 @@ def test_a_restored_state_neither_plans_the_spec_again_nor_keeps_stale_change_ma
     """Restore used to plan the spec, then replace that plan with the journal's: the discarded
     plan's objects stayed marked changed, and every heartbeat's journal write and committed-window
     update scanned them (10 ms each at 20,000 operators)."""
-    from appmaster import changes
-    from appmaster.plan import PhysicalPlan
-    from appmaster.spec import AppSpec
-    from appmaster.state import MasterState
+    from stram.master.core import changes
+    from stram.master.core.plan import PhysicalPlan
+    from stram.master.core.state import MasterState
+    from stram.master.spec import AppSpec
     spec = SPEC.replace("src: {", "src: {partitions: 4, ")
     run = StateRun(spec)
     run.deploy()
@@ -317,8 +317,8 @@ def test_drain_deletes_at_once_whatever_the_delay(tmp_path):
 
 
 def test_the_masters_purge_delay_is_half_a_checkpoint_period_at_most_30_s():
-    from appmaster.housekeeping import purge_delay
-    from appmaster.spec import AppSpec
+    from stram.master.process.housekeeping import purge_delay
+    from stram.master.spec import AppSpec
 
     def spec(attributes: str) -> AppSpec:
         return AppSpec.from_yaml(f"name: p\nattributes: {{{attributes}}}\n"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from appmaster.housekeeping import SWITCH_CONNECTING, SWITCH_MIN_CONTAINERS, switch_interval
+from stram.master.process.housekeeping import SWITCH_CONNECTING, SWITCH_MIN_CONTAINERS, switch_interval
 
 DEFAULT = 0.005
 

@@ -1,11 +1,11 @@
-"""container.inbox: a queue bounded by tuples, whose blocked producer waits for the low-water mark."""
+"""stram.agent.engine.inbox: a queue bounded by tuples, whose blocked producer waits for the low-water mark."""
 
 import threading
 import time
 
 import pytest
 
-from container.inbox import Full, Inbox
+from stram.agent.engine.inbox import Full, Inbox
 
 
 def test_messages_come_out_in_order_with_their_weights_counted():
@@ -101,14 +101,14 @@ def test_a_capacity_below_two_is_refused():
 @pytest.mark.parametrize("attributes, want", [({}, 32768), ({"QUEUE_CAPACITY": "4096"}, 4096)],
                          ids=["default", "set"])
 def test_the_queue_capacity_attribute_bounds_a_deployed_operators_queue(tmp_path, attributes, want):
-    import proto
-    from container.agent import Agent
+    from stram import wire as proto
+    from stram.agent.agent import Agent
     agent = Agent("container_000002", str(tmp_path), "credential", host="127.0.0.1", work_dir=str(tmp_path))
     agent.context = proto.StreamingContainerContext(
         container_id="container_000002", start_window_millis=int(time.time() * 1000),
         streaming_window_size_millis=500, checkpoint_window_count=60, app_id="app")
     info = proto.OperatorDeployInfo(id=3, type=proto.OperatorDeployInfo.GENERIC, name="count",
-                                    class_name="container.operators.aggregate:KeyCounter",
+                                    class_name="stram.operators.aggregate:KeyCounter",
                                     context_attributes=attributes)
     node = agent._create(info)
     assert node.queue.capacity == want and node.queue.low_water == want // 2
@@ -117,8 +117,7 @@ def test_the_queue_capacity_attribute_bounds_a_deployed_operators_queue(tmp_path
 def test_a_message_weighs_its_tuples_and_an_arrow_batch_its_rows():
     import pyarrow as pa
 
-    from container.engine import message_weight
-    from container.sinks import BEGIN_WINDOW, DATA
+    from stram.agent.engine.messages import BEGIN_WINDOW, DATA, message_weight
     batch = pa.RecordBatch.from_pydict({"v": list(range(1000))})
     assert message_weight(DATA, ["a", "b", "c"]) == 3
     assert message_weight(DATA, [batch, batch.slice(0, 10)]) == 1010

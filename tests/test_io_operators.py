@@ -7,9 +7,9 @@ import pickle
 
 import pytest
 
-from container import fs
-from container.operator import OperatorContext, ShutdownException
-from container.operators import io
+from stram.common import fs
+from stram.operator import OperatorContext, ShutdownException
+from stram.operators import io
 
 W = 5 << 32  # window ids of these tests
 

@@ -15,15 +15,15 @@ import pickle
 import sys
 
 import pytest
-
-import proto
-from appmaster import journal
-from appmaster.journal import JournalVersionError
-from appmaster.master import AppMaster
-from appmaster.plan import ContainerState, OperatorState, PhysicalPlan
-from appmaster.spec import AppSpec
-from appmaster.state import ErrorReport, MasterState, ShutdownRequest
 from test_removal import PARTITIONED, Run  # the removal tests' harness
+
+from stram import wire as proto
+from stram.master.core.plan import ContainerState, OperatorState, PhysicalPlan
+from stram.master.core.state import ErrorReport, MasterState, ShutdownRequest
+from stram.master.journal import document as journal
+from stram.master.journal.document import JournalVersionError
+from stram.master.process.master import AppMaster
+from stram.master.spec import AppSpec
 
 #: What restore() sets afresh (the clock of the new attempt), not what the journal restores.
 RESTARTED_CONTAINER_FIELDS = {"last_heartbeat_millis", "launch_at"}
@@ -195,7 +195,7 @@ def test_integers_past_64_bits_are_read_back_exactly(value):
 def test_the_gc_paused_while_a_master_builds_its_state_runs_again_once_tuned():
     import gc
 
-    from appmaster.housekeeping import pause_gc, tune_gc
+    from stram.master.process.housekeeping import pause_gc, tune_gc
     was = gc.get_threshold()
     try:
         pause_gc()

@@ -1,4 +1,4 @@
-"""The journal's snapshot and log (appmaster/journallog.py) restore the live state.
+"""The journal's snapshot and log (appmaster/journal/log.py) restore the live state.
 
 Pure tests on the local file system: drawn applications and event sequences
 (tests/randomplans.py) drive a MasterState; the :class:`JournalWriter`
@@ -21,9 +21,13 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "specdata"))
 
 from randomplans import Driver, handle, new_state, random_spec  # noqa: E402
-from appmaster import changes, compactor, journal, journallog  # noqa: E402
-from appmaster.spec import AppSpec  # noqa: E402
-from appmaster.state import MasterState, Start  # noqa: E402
+
+from stram.master.core import changes
+from stram.master.core.state import MasterState, Start  # noqa: E402
+from stram.master.journal import compactor  # noqa: E402
+from stram.master.journal import document as journal
+from stram.master.journal import log as journallog
+from stram.master.spec import AppSpec  # noqa: E402
 
 
 def _live(state: MasterState) -> dict:
@@ -41,7 +45,7 @@ def _durable(doc: dict) -> dict:
 
 
 def _same_but_progress(journaled: dict, live: dict, where: str) -> None:
-    """The journal equals the live state but for :data:`~appmaster.changes.VOLATILE` figures, and
+    """The journal equals the live state but for :data:`~stram.master.core.changes.VOLATILE` figures, and
     its current windows are lower bounds of the live ones (what a new master attempt relies on)."""
     assert _durable(journaled) == _durable(live), where
     windows = {op["id"]: op["current_window"] for op in live["plan"]["operators"]}
@@ -220,7 +224,7 @@ def test_while_the_compactor_runs_readers_replay_both_logs_and_a_snapshot_stops_
 
 
 def test_the_compactor_process_writes_the_snapshot_of_the_next_generation(tmp_path) -> None:
-    """The real path: ``python -m appmaster.compactor`` makes snapshot g+1 of snapshot g and its
+    """The real path: ``python -m stram.master.journal.compactor`` makes snapshot g+1 of snapshot g and its
     log while the writer appends to log g+1; once it ended the writer deletes log g."""
     import time
 
@@ -297,7 +301,7 @@ def test_a_compactor_never_puts_its_snapshot_in_the_place_of_a_newer_one(tmp_pat
     monkeypatch.undo()
     assert journal.read_journal(app_path)["log_generation"] == generation + 1  # the master's
     assert _read(app_path) == _live(state)
-    orphan = subprocess.run([sys.executable, "-m", "appmaster.compactor", app_path, str(generation + 1), "1"],
+    orphan = subprocess.run([sys.executable, "-m", "stram.master.journal.compactor", app_path, str(generation + 1), "1"],
                             capture_output=True, text=True, timeout=60)
     assert orphan.returncode == 1 and "has ended: no compaction" in orphan.stderr
     assert journal.read_journal(app_path)["log_generation"] == generation + 1

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from appmaster import jsonbytes
+from stram.common import jsonbytes
 
 
 @pytest.mark.parametrize("value", [0, -1, 2**63 - 1, -(2**63), 2**64 - 1, 2**64, -(2**63) - 1, -(10**18) - 7,

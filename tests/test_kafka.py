@@ -17,10 +17,10 @@ import time
 import uuid
 
 import pytest
-
-from container.connectors.kafka import KafkaInput, KafkaOutput, assign_partitions
 from e2ekit import wait_until
-from container.operator import FatalError, OperatorContext, ShutdownException
+
+from stram.connectors.kafka import KafkaInput, KafkaOutput, assign_partitions
+from stram.operator import FatalError, OperatorContext, ShutdownException
 
 pytestmark = pytest.mark.slow
 

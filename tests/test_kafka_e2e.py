@@ -16,10 +16,10 @@ import re
 from collections import Counter
 
 import pytest
-
-from appmaster import apps as stram_apps
 from e2ekit import admin, kill_container_of, launch_detached, running_operators, wait_final, wait_until
-from scripts import cli
+
+from stram.client import cli
+from stram.common import apps as stram_apps
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""container/kerberos.py: a process renews its Kerberos ticket from the keytab on a timer.
+"""stram/common/kerberos.py: a process renews its Kerberos ticket from the keytab on a timer.
 
 A ``kinit`` on PATH that records its arguments stands in for MIT's here (the real one,
 against a real KDC, runs in tests/test_yarn_kerberos.py): what is checked is when it is
@@ -12,9 +12,9 @@ import threading
 import time
 
 import pytest
-
-from container import kerberos
 from e2ekit import wait_until
+
+from stram.common import kerberos
 
 
 @pytest.fixture
@@ -46,7 +46,7 @@ def test_renews_from_the_keytab_every_interval(fake_kinit, monkeypatch, tmp_path
     calls, _ = fake_kinit
     monkeypatch.setenv("STRAM_KINIT_INTERVAL", "1")
     stop = threading.Event()
-    with caplog.at_level(logging.INFO, logger="container.kerberos"):
+    with caplog.at_level(logging.INFO, logger="stram.common.kerberos"):
         thread = kerberos.keep_ticket(stop)
         assert thread is not None and thread.daemon
         assert calls() == []  # the launch script took the first ticket
@@ -64,7 +64,7 @@ def test_a_failed_renewal_is_logged_and_tried_again(fake_kinit, monkeypatch, cap
     monkeypatch.setenv("STRAM_KINIT_INTERVAL", "1")
     monkeypatch.setattr(kerberos, "RETRY", 0.5)
     stop = threading.Event()
-    with caplog.at_level(logging.INFO, logger="container.kerberos"):
+    with caplog.at_level(logging.INFO, logger="stram.common.kerberos"):
         thread = kerberos.keep_ticket(stop)
         wait_until(lambda: len(calls()) >= 2, 10, "a retry after a failure")
         status.write_text("0")
@@ -89,7 +89,7 @@ def test_kinit_missing_or_timing_out_is_a_message_not_a_crash(monkeypatch, tmp_p
 
 def test_a_bad_interval_falls_back_to_the_default(monkeypatch, caplog):
     monkeypatch.setenv("STRAM_KINIT_INTERVAL", "hourly")
-    with caplog.at_level(logging.WARNING, logger="container.kerberos"):
+    with caplog.at_level(logging.WARNING, logger="stram.common.kerberos"):
         assert kerberos._interval() == kerberos.DEFAULT_INTERVAL
     assert "STRAM_KINIT_INTERVAL='hourly' is not a number" in caplog.text
     monkeypatch.setenv("STRAM_KINIT_INTERVAL", "0")

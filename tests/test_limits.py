@@ -14,12 +14,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "specdata"))
 
-from appmaster import scaling  # noqa: E402
-from appmaster.plan import PhysicalPlan  # noqa: E402
-from appmaster.rules import recovery_checkpoints  # noqa: E402
-from appmaster.spec import AppSpec, SpecError  # noqa: E402
-from appmaster.spec.limits import MAX_NAME_LENGTH, MAX_PARTITIONS  # noqa: E402
 from conftest import ROOT  # noqa: E402
+
+from stram.master.core import scaling  # noqa: E402
+from stram.master.core.plan import PhysicalPlan  # noqa: E402
+from stram.master.core.rules import recovery_checkpoints  # noqa: E402
+from stram.master.spec import AppSpec, SpecError  # noqa: E402
+from stram.master.spec.limits import MAX_NAME_LENGTH, MAX_PARTITIONS  # noqa: E402
 
 
 def spec_text(partitions: int = 2, app: str = "limits", op: str = "up", stream: str = "a") -> str:
@@ -70,9 +71,9 @@ def test_names_have_a_length_limit(where, text):
     ("import os\nos._exit(3)\n", "importing module 'exits_on_import' ended the process (exit code 3"),
 ])
 def test_a_module_exiting_on_import_is_a_spec_error_naming_it(tmp_path, body, expected):
-    (tmp_path / "exits_on_import.py").write_text(body + "from container.operator import Operator\n"
+    (tmp_path / "exits_on_import.py").write_text(body + "from stram.operator import Operator\n"
                                                  "class Op(Operator):\n    pass\n")
-    check = ("from appmaster.spec import AppSpec, SpecError\n"
+    check = ("from stram.master.spec import AppSpec, SpecError\n"
              "try:\n    AppSpec.from_yaml('name: x\\noperators:\\n  a: {class: \"exits_on_import:Op\"}\\n',"
              " source='x.yaml')\nexcept SpecError as exc:\n    print('SPEC ERROR', exc)\n")
     out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=ROOT, timeout=60,
@@ -130,9 +131,9 @@ def test_planning_is_linear_in_the_partitions():
 
 
 def test_big_plans_log_their_progress(caplog):
-    with caplog.at_level(logging.INFO, logger="appmaster.plan"):
+    with caplog.at_level(logging.INFO, logger="stram.master.core.plan"):
         PhysicalPlan.from_spec(wide(300), -1)
-    lines = [r.getMessage() for r in caplog.records if r.name == "appmaster.plan"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "stram.master.core.plan"]
     assert lines[0] == "planning 602 partitions of 4 operators"
     assert any(line.startswith("planning: stream b wired") for line in lines)
     assert lines[-1].startswith("planned 603 physical operators in ")

@@ -1,4 +1,4 @@
-"""appmaster.liveness: a process that has begun to exit is not alive."""
+"""stram.common.liveness: a process that has begun to exit is not alive."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import psutil
 import pytest
 
-from appmaster import apps, liveness
+from stram.common import apps, liveness
 
 
 @pytest.fixture

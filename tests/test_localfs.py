@@ -1,4 +1,4 @@
-"""container.localfs: the local file system the fs helpers use, beside pyarrow's LocalFileSystem.
+"""stram.common.localfs: the local file system the fs helpers use, beside pyarrow's LocalFileSystem.
 
 Each call stram makes is made on both, on twin directories, and must leave the same files and
 answer the same way; the helpers on a local APP_PATH must not load pyarrow at all.
@@ -13,8 +13,8 @@ import sys
 import pyarrow.fs as pafs
 import pytest
 
-from container import fs
-from container.localfs import FileType, LocalFileSystem
+from stram.common import fs
+from stram.common.localfs import FileType, LocalFileSystem
 
 
 def tree(root) -> dict[str, bytes | None]:
@@ -130,7 +130,7 @@ def test_the_helpers_on_a_local_app_path_never_load_pyarrow(tmp_path):
     for pyarrow (about 32 MB each). Every helper a local APP_PATH takes, in a fresh interpreter."""
     code = f"""
 import sys
-from container import fs
+from stram.common import fs
 app = {str(tmp_path / "app")!r}
 fs.keep_private(app)
 fs.makedirs(app + "/checkpoints/1")

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from container import logsetup
-from container.logsetup import RateLimit
+from stram.common import logsetup
+from stram.common.logsetup import RateLimit
 
 
 class Clock:

@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from appmaster import logs as applogs
-from appmaster.errors import StramError, UserError
-from scripts.cli import main
+from stram.client.cli import main
+from stram.common import logs as applogs
+from stram.common.errors import StramError, UserError
 
 
 def _app(home, app_id="application_1_0001", state="RUNNING"):

@@ -7,12 +7,12 @@ import time
 
 import grpc
 import pytest
-
-import proto
 from conftest import ROOT
-from appmaster import apps as stram_apps
 from e2ekit import launch_detached, running_operators, wait_final, wait_until
-from scripts import cli
+
+from stram import wire as proto
+from stram.client import cli
+from stram.common import apps as stram_apps
 
 pytestmark = pytest.mark.slow
 

@@ -12,12 +12,12 @@ import logging
 import os
 
 import pytest
-
-from appmaster import apps as stram_apps
 from conftest import ROOT, read_counts, word_truth
-from container import agent as agent_mod
-from scripts import cli
 from e2ekit import kill_container_of, launch_detached, running_operators, wait_final, wait_until
+
+from stram.agent import agent as agent_mod
+from stram.client import cli
+from stram.common import apps as stram_apps
 
 MOBY = ROOT / "specs" / "data" / "moby-dick.txt"
 FAST = ["-D", "STREAMING_WINDOW_SIZE_MILLIS=100", "-D", "HEARTBEAT_INTERVAL_MILLIS=300",
@@ -26,7 +26,7 @@ FAST = ["-D", "STREAMING_WINDOW_SIZE_MILLIS=100", "-D", "HEARTBEAT_INTERVAL_MILL
 
 def test_agent_says_why_it_cannot_find_its_master(tmp_path, caplog):
     umbilical = agent_mod.Umbilical(f"file://{tmp_path}", "token")
-    with caplog.at_level(logging.WARNING, logger="container.agent"):
+    with caplog.at_level(logging.WARNING, logger="stram.agent.agent"):
         with pytest.raises(agent_mod.MasterGone):
             umbilical.connect(wait=0.6)
     lines = [r.getMessage() for r in caplog.records]
@@ -39,9 +39,11 @@ def test_status_json_is_written_before_admin_json(tmp_path, monkeypatch):
 
     A prestarted container once failed 300 ms into the run, before the master's first status.json:
     the progress line showed the failure while ``stram list-apps`` still said STARTING."""
-    from appmaster import addressfiles, master as master_mod
-    from appmaster.spec import AppSpec
     from test_scale import TOKEN, FakeLauncher, wordcount  # FakeLauncher starts no processes
+
+    from stram.master.process import addressfiles
+    from stram.master.process import master as master_mod
+    from stram.master.spec import AppSpec
     seen: dict[str, object] = {}
     write_atomic = addressfiles.fs.write_atomic
 

@@ -20,12 +20,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "specdata"))
 
-import proto  # noqa: E402
-from appmaster import metrics  # noqa: E402
-from appmaster.events import ContainerNotRunning, StackTraceRequest, UnknownContainer  # noqa: E402
-from appmaster.state import LaunchContainer, Reply  # noqa: E402
-from container.stacks import format_thread, thread_stacks  # noqa: E402
 from statekit import START_MILLIS, StateRun, container_heartbeat  # noqa: E402
+
+from stram import wire as proto  # noqa: E402
+from stram.common.stacks import format_thread, thread_stacks  # noqa: E402
+from stram.master.admin import metrics  # noqa: E402
+from stram.master.core.events import ContainerNotRunning, StackTraceRequest, UnknownContainer  # noqa: E402
+from stram.master.core.state import LaunchContainer, Reply  # noqa: E402
 
 #   src ──▶ up ──▶ out                       (three containers)
 LINEAR = """

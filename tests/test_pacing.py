@@ -1,4 +1,4 @@
-"""Heartbeat pacing (appmaster.pacing): the interval stretches while answers queue, and comes back."""
+"""Heartbeat pacing (stram.master.core.pacing): the interval stretches while answers queue, and comes back."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ import threading
 import time
 from pathlib import Path
 
-import proto
-from appmaster.master import Dispatcher
-from appmaster.pacing import MIN_SLOW, SLOW_SECONDS, HeartbeatPacer
-from appmaster.server import UmbilicalServicer, create_server
-from appmaster.spec import AppSpec
-from appmaster.state import (DeleteCheckpoints, Finish, Heartbeat, InitContextRequest, KillContainer,
-                             LaunchContainer, MasterState, Reply, Start)
-from container.secret import container_credential
-from container.umbilical import Umbilical
+from stram import wire as proto
+from stram.agent.umbilical import Umbilical
+from stram.common.secret import container_credential
+from stram.master.core.pacing import MIN_SLOW, SLOW_SECONDS, HeartbeatPacer
+from stram.master.core.state import (DeleteCheckpoints, Finish, Heartbeat, InitContextRequest, KillContainer,
+                                     LaunchContainer, MasterState, Reply, Start)
+from stram.master.process.master import Dispatcher
+from stram.master.spec import AppSpec
+from stram.master.umbilical.server import UmbilicalServicer, create_server
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "specdata"))
 

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import orjson
 import pytest
 
-from appmaster.pagejson import OperatorPage
-from appmaster.reports import operator_rows
+from stram.master.admin.pagejson import OperatorPage
+from stram.master.core.reports import operator_rows
 
 
 def _op(i: int, kind: str = "GENERIC", label: str | None = None) -> SimpleNamespace:

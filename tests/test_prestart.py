@@ -14,15 +14,15 @@ import os
 
 import psutil
 import pytest
-
-from appmaster import __main__ as master_main
-from appmaster.launcher import FIRST_CONTAINER_ID, ContainerRequest, LocalLauncher, container_request_env
-from appmaster.plan import PhysicalPlan
-from appmaster.spec import AppSpec
-from conftest import ROOT, word_truth, read_counts
+from conftest import ROOT, read_counts, word_truth
 from e2ekit import wait_until
-from scripts import cli
-from appmaster import apps as stram_apps
+
+from stram.client import cli
+from stram.common import apps as stram_apps
+from stram.master import __main__ as master_main
+from stram.master.core.plan import PhysicalPlan
+from stram.master.launch.local import FIRST_CONTAINER_ID, ContainerRequest, LocalLauncher, container_request_env
+from stram.master.spec import AppSpec
 
 
 def _held_launcher(tmp_path, app_id="app-1"):
@@ -31,7 +31,7 @@ def _held_launcher(tmp_path, app_id="app-1"):
     launcher.prestart(FIRST_CONTAINER_ID, env)
     (proc, _), = launcher._held.values()
     # held: its interpreter is up and waits (an exit would be a failure to wait)
-    wait_until(lambda: psutil.Process(proc.pid).cmdline()[-2:] == ["-m", "container"], 10, what="the process")
+    wait_until(lambda: psutil.Process(proc.pid).cmdline()[-2:] == ["-m", "stram.agent"], 10, what="the process")
     return launcher, proc, env
 
 

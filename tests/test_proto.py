@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pathlib
 
-from proto import codegen
+from stram.wire import codegen
 
 PROTO_DIR = pathlib.Path(codegen.__file__).parent
 
@@ -18,7 +18,7 @@ def test_generated_modules_are_current(tmp_path):
 
 
 def test_seed_fields_present():
-    import proto
+    from stram import wire as proto
     hb = proto.ContainerHeartbeat.DESCRIPTOR.fields_by_name
     for name in ("buffer_server_host", "buffer_server_port", "jvm_name", "memory_mb_free",
                  "restart_requested", "gc_collection_time", "gc_collection_count", "container_stats"):
@@ -41,9 +41,9 @@ def test_an_agent_sends_each_windows_port_totals_the_master_reads():
     import collections
     import types
 
-    from appmaster.reports import port_totals
-    from container.agent import Agent
-    from container.engine import NodeState, WindowStats
+    from stram.agent.agent import Agent
+    from stram.agent.engine.node import NodeState, WindowStats
+    from stram.master.core.reports import port_totals
     agent = Agent.__new__(Agent)
     agent.interval = 1.0
     stats = collections.deque([

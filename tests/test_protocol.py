@@ -8,12 +8,12 @@ import threading
 import grpc
 import pytest
 
-import proto
-from appmaster.master import Dispatcher
-from appmaster.server import MAX_MESSAGE_BYTES, UmbilicalServicer, create_server
-from appmaster.spec import AppSpec
-from appmaster.state import DeleteCheckpoints, Finish, KillContainer, LaunchContainer, MasterState
-from container.secret import buffer_server_key, container_credential, scoped_credential
+from stram import wire as proto
+from stram.common.secret import buffer_server_key, container_credential, scoped_credential
+from stram.master.core.state import DeleteCheckpoints, Finish, KillContainer, LaunchContainer, MasterState
+from stram.master.process.master import Dispatcher
+from stram.master.spec import AppSpec
+from stram.master.umbilical.server import MAX_MESSAGE_BYTES, UmbilicalServicer, create_server
 
 TOKEN = "s3cret-token"
 
@@ -25,9 +25,9 @@ attributes:
   CHECKPOINT_WINDOW_COUNT: 7
   PROCESSING_MODE: EXACTLY_ONCE
 operators:
-  reader: {class: "container.operators.io:LineReader", properties: {path: specs/data/words.txt}}
-  split: {class: "container.operators.text:WordSplitter"}
-  out: {class: "container.operators.io:JsonLinesOutput", properties: {path: /tmp/proto-out}}
+  reader: {class: "stram.operators.io:LineReader", properties: {path: specs/data/words.txt}}
+  split: {class: "stram.operators.text:WordSplitter"}
+  out: {class: "stram.operators.io:JsonLinesOutput", properties: {path: /tmp/proto-out}}
 streams:
   lines: {from: reader.output, to: [split.input], locality: CONTAINER_LOCAL}
   words: {from: split.output, to: [out.input]}
@@ -221,7 +221,7 @@ def test_unplanned_operator_is_undeployed_and_missing_one_removed(umbilical):
 
 
 def test_umbilical_over_tls_serves_only_clients_that_trust_the_applications_certificate():
-    from container import tls
+    from stram.common import tls
     spec = AppSpec.from_yaml(SPEC)
     state = MasterState(spec, "app-test", "file:///tmp/app-test", TOKEN, 1_700_000_000_000, 0)
     dispatcher = Dispatcher(state, threading.RLock(), dict.fromkeys(

@@ -11,12 +11,12 @@ from collections import Counter
 from typing import Any
 
 import pytest
-
 from conftest import ROOT
-from container.operator import FatalError, OperatorContext, ShutdownException, operator_properties
-from container.receivers import (Block, BlockGenerator, DirectoryReceiver, GeneratorStopped, Receiver,
-                                 ReceiverSupervisor, SocketTextReceiver, SupervisorState)
 from e2ekit import wait_until
+
+from stram.operator import FatalError, OperatorContext, ShutdownException, operator_properties
+from stram.receivers import (Block, BlockGenerator, DirectoryReceiver, GeneratorStopped, Receiver, ReceiverSupervisor,
+                             SocketTextReceiver, SupervisorState)
 
 BASE = 7 << 32  # window ids of the in-process tests: (base seconds << 32) | index
 
@@ -444,7 +444,7 @@ def test_directory_receiver_emits_each_file_once_across_restarts(tmp_path):
 
 
 def test_receivers_are_operators_in_specs():
-    from appmaster.spec import AppSpec
+    from stram.master.spec import AppSpec
     assert set(operator_properties(SocketTextReceiver)) == {"host", "port", "ack", "ack_wait_seconds"}
     assert set(operator_properties(DirectoryReceiver)) == {"path", "poll_millis"}
     for name in ("socket_wordcount", "directory_wordcount"):

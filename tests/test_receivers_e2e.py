@@ -11,10 +11,10 @@ from collections import Counter
 from typing import Any
 
 import pytest
-
-from appmaster import apps as stram_apps
 from e2ekit import admin, kill_container_of, launch_detached, wait_until
-from scripts import cli
+
+from stram.client import cli
+from stram.common import apps as stram_apps
 
 pytestmark = pytest.mark.slow
 
@@ -122,7 +122,7 @@ def write_spec(tmp_path: pathlib.Path, receiver: str, properties: dict, out: pat
         "operators": {
             "rx": {"class": receiver, "properties": properties},
             "relay": {"class": "tests.receiver_ops:Relay"},
-            "out": {"class": "container.operators.io:JsonLinesOutput", "properties": {"path": str(out)}},
+            "out": {"class": "stram.operators.io:JsonLinesOutput", "properties": {"path": str(out)}},
         },
         "streams": {"lines": {"from": "rx.output", "to": ["relay.input"]},
                     "relayed": {"from": "relay.output", "to": ["out.input"]}},
@@ -167,7 +167,7 @@ def check_socket_output(source: LineSource, seen: Counter) -> None:
 def test_socket_wal_every_acked_line_exactly_once_across_kills(tmp_path):
     source = LineSource(total=2000, rate=200)
     out = tmp_path / "out"
-    spec = write_spec(tmp_path, "container.receivers:SocketTextReceiver",
+    spec = write_spec(tmp_path, "stram.receivers:SocketTextReceiver",
                       {"host": "127.0.0.1", "port": source.port, "ack": True}, out, RECEIVER_WAL=True)
     app_id = launch_detached(spec, *FAST)
     try:
@@ -195,7 +195,7 @@ def test_socket_wal_every_acked_line_exactly_once_across_kills(tmp_path):
 def test_socket_source_drops_connection_and_receiver_reconnects(tmp_path):
     source = LineSource(total=800, rate=400, drop_after=300)
     out = tmp_path / "out"
-    spec = write_spec(tmp_path, "container.receivers:SocketTextReceiver",
+    spec = write_spec(tmp_path, "stram.receivers:SocketTextReceiver",
                       {"host": "127.0.0.1", "port": source.port, "ack": True}, out)
     app_id = launch_detached(spec, *FAST)
     try:
@@ -252,7 +252,7 @@ def test_directory_receiver_picks_up_new_files_once_across_a_kill(tmp_path):
         (incoming / f".f{n}").rename(incoming / f"f{n:03d}.txt")
 
     drop(0)
-    spec = write_spec(tmp_path, "container.receivers:DirectoryReceiver",
+    spec = write_spec(tmp_path, "stram.receivers:DirectoryReceiver",
                       {"path": str(incoming), "poll_millis": 50}, out, RECEIVER_WAL=True)
     app_id = launch_detached(spec, *FAST)
     try:

@@ -11,11 +11,12 @@ import sys
 import time
 
 import pytest
-
 from conftest import ROOT, read_counts, word_truth
-from scripts import cli
-from appmaster import apps as stram_apps, client as stram_client
 from e2ekit import agent_pid, launch_detached, running_operators, wait_until
+
+from stram.client import cli
+from stram.client import commands as stram_client
+from stram.common import apps as stram_apps
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +29,7 @@ def test_master_killed_and_new_attempt_finishes(tmp_path):
     out = tmp_path / "out"
     truth = word_truth(MOBY)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "scripts.cli", "launch", "specs/wordcount.yaml", *FAST,
+        [sys.executable, "-m", "stram.client.cli", "launch", "specs/wordcount.yaml", *FAST,
          "-D", f"operators.reader.path={MOBY}", "-D", "operators.reader.lines_per_window=150",
          # idle at the end of the file: late containers catch up on missed windows, and the run
          # must not end before the kill
@@ -117,9 +118,9 @@ name: boom
 attributes: {{STREAMING_WINDOW_SIZE_MILLIS: 100, HEARTBEAT_INTERVAL_MILLIS: 300, RECOVERY_ATTEMPTS: 2,
              RETRY_DETERMINISTIC_FAILURES: true}}
 operators:
-  reader: {{class: "container.operators.io:LineReader", properties: {{path: "{MOBY}", lines_per_window: 10}}}}
+  reader: {{class: "stram.operators.io:LineReader", properties: {{path: "{MOBY}", lines_per_window: 10}}}}
   boom: {{class: "tests.e2e_ops:Boom", properties: {{after: 30}}}}
-  out: {{class: "container.operators.io:JsonLinesOutput", properties: {{path: "{tmp_path / 'out'}"}}}}
+  out: {{class: "stram.operators.io:JsonLinesOutput", properties: {{path: "{tmp_path / 'out'}"}}}}
 streams:
   a: {{from: reader.output, to: [boom.input]}}
   b: {{from: boom.output, to: [out.input]}}
@@ -137,7 +138,7 @@ def test_fatal_error_fails_without_recovery(tmp_path):
 name: fatal
 attributes: {{STREAMING_WINDOW_SIZE_MILLIS: 100, HEARTBEAT_INTERVAL_MILLIS: 300}}
 operators:
-  reader: {{class: "container.operators.io:LineReader", properties: {{path: "{MOBY}", lines_per_window: 10}}}}
+  reader: {{class: "stram.operators.io:LineReader", properties: {{path: "{MOBY}", lines_per_window: 10}}}}
   boom: {{class: "tests.e2e_ops:Boom", properties: {{after: 5, fatal: true}}}}
 streams:
   a: {{from: reader.output, to: [boom.input]}}

@@ -1,6 +1,6 @@
 """Safe removal of shut-down operators (DESIGN: "Shutdown and safe partition removal").
 
-Pure state-machine tests of :class:`appmaster.state.MasterState` driven through
+Pure state-machine tests of :class:`stram.master.core.state.MasterState` driven through
 ``heartbeat`` with hand-written ``ContainerHeartbeat`` messages; no processes,
 no sockets; ``validate_state()`` after every step. Each test draws its timeline
 in a comment: ``k`` is the window id ``base + k`` (``base`` = the initial
@@ -25,8 +25,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "specdata"))
 
 from statekit import StateRun  # noqa: E402
-from appmaster.plan import OperatorState  # noqa: E402
-from appmaster.state import Finish, KillContainer, LaunchContainer, UnknownContainer  # noqa: E402
+
+from stram.master.core.plan import OperatorState  # noqa: E402
+from stram.master.core.state import Finish, KillContainer, LaunchContainer, UnknownContainer  # noqa: E402
 
 TOKEN = "rule-token"
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from conftest import read_counts
-from scripts import cli
-from appmaster import apps as stram_apps, client as stram_client
-from appmaster.errors import StramError
 from e2ekit import launch_detached, wait_until
+
+from stram.client import cli
+from stram.client import commands as stram_client
+from stram.common import apps as stram_apps
+from stram.common.errors import StramError
 
 pytestmark = pytest.mark.slow
 
@@ -28,10 +29,10 @@ operators:
     properties: {{per_window: 20, total: 1600, stop_partition: 1, stop_total: 300, keys: 7,
                   release_file: "{release}"}}
   count:
-    class: container.operators.aggregate:KeyCounter
+    class: stram.operators.aggregate:KeyCounter
     partitions: 2
   out:
-    class: container.operators.io:JsonLinesOutput
+    class: stram.operators.io:JsonLinesOutput
     properties: {{path: "{out}"}}
 streams:
   keys: {{from: source.output, to: [count.input]}}

@@ -1,4 +1,4 @@
-"""container.fs.replace_file: a journal that is never missing, wherever its writer is killed.
+"""stram.common.fs.replace_file: a journal that is never missing, wherever its writer is killed.
 
 pyarrow's HDFS move onto an existing file deletes the file, then renames the
 new one into place (libhdfs has no overwriting rename). A master attempt
@@ -18,8 +18,8 @@ from __future__ import annotations
 import pyarrow.fs as pafs
 import pytest
 
-from appmaster import journal
-from container import fs
+from stram.common import fs
+from stram.master.journal import document as journal
 
 
 class Killed(BaseException):

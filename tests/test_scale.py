@@ -1,6 +1,6 @@
 """Live repartitioning (``stram scale``) and the stats listener hook.
 
-In process: :mod:`appmaster.scaling` on a :class:`MasterState` driven by
+In process: :mod:`stram.master.core.scaling` on a :class:`MasterState` driven by
 hand-written heartbeats, ``validate_state()`` after every step; windows are
 written ``k`` for ``base + k`` (``base`` = the initial window), ``●`` a saved
 checkpoint. End to end (test_scale_e2e.py): word count over Moby-Dick with
@@ -18,15 +18,16 @@ import pickle
 from collections import Counter
 
 import pytest
-
 from statekit import StateRun  # noqa: E402
-from appmaster import journal, scaling
-from appmaster.launcher import Launcher
-from appmaster.reports import WindowSample
-from appmaster.plan import PUBLISHER_TAG_MASK, OperatorState
-from appmaster.spec import AppSpec
-from appmaster.state import DeleteCheckpoints, LaunchContainer
-from container.partition import owner_of
+
+from stram.common.partition import owner_of
+from stram.master.core import scaling
+from stram.master.core.plan import PUBLISHER_TAG_MASK, OperatorState
+from stram.master.core.reports import WindowSample
+from stram.master.core.state import DeleteCheckpoints, LaunchContainer
+from stram.master.journal import document as journal
+from stram.master.launch.local import Launcher
+from stram.master.spec import AppSpec
 
 TOKEN = "scale-token"
 
@@ -39,10 +40,10 @@ def wordcount(count: int = 3, split: int = 1, lines_locality: str = "CONTAINER_L
 name: wc
 attributes: {{PROCESSING_MODE: EXACTLY_ONCE{extra}}}
 operators:
-  reader: {{class: "container.operators.io:LineReader", properties: {{path: x.txt}}}}
-  split: {{class: "container.operators.text:WordSplitter", partitions: {split}}}
-  count: {{class: "container.operators.aggregate:KeyCounter", partitions: {count}}}
-  out: {{class: "container.operators.io:JsonLinesOutput", properties: {{path: /tmp/x}}}}
+  reader: {{class: "stram.operators.io:LineReader", properties: {{path: x.txt}}}}
+  split: {{class: "stram.operators.text:WordSplitter", partitions: {split}}}
+  count: {{class: "stram.operators.aggregate:KeyCounter", partitions: {count}}}
+  out: {{class: "stram.operators.io:JsonLinesOutput", properties: {{path: /tmp/x}}}}
 streams:
   lines: {{from: reader.output, to: [split.input]{lines}}}
   words: {{from: split.output, to: [count.input]}}
@@ -54,11 +55,11 @@ streams:
 TWO_STAGE = """
 name: two-stage
 operators:
-  reader: {class: "container.operators.io:LineReader", properties: {path: x.txt}}
-  split: {class: "container.operators.text:WordSplitter"}
-  count: {class: "container.operators.aggregate:KeyCounter", partitions: 3}
-  total: {class: "container.operators.aggregate:KeyCounter", partitions: 2}
-  out: {class: "container.operators.io:JsonLinesOutput", properties: {path: /tmp/x}}
+  reader: {class: "stram.operators.io:LineReader", properties: {path: x.txt}}
+  split: {class: "stram.operators.text:WordSplitter"}
+  count: {class: "stram.operators.aggregate:KeyCounter", partitions: 3}
+  total: {class: "stram.operators.aggregate:KeyCounter", partitions: 2}
+  out: {class: "stram.operators.io:JsonLinesOutput", properties: {path: /tmp/x}}
 streams:
   lines: {from: reader.output, to: [split.input], locality: CONTAINER_LOCAL}
   words: {from: split.output, to: [count.input]}
@@ -277,9 +278,9 @@ KAFKA = """
 name: kafka-wc
 attributes: {PROCESSING_MODE: EXACTLY_ONCE}
 operators:
-  reader: {class: "container.connectors.kafka:KafkaInput", properties: {topics: lines}, partitions: 2}
-  split: {class: "container.operators.text:WordSplitter"}
-  out: {class: "container.operators.io:JsonLinesOutput", properties: {path: /tmp/x}}
+  reader: {class: "stram.connectors.kafka:KafkaInput", properties: {topics: lines}, partitions: 2}
+  split: {class: "stram.operators.text:WordSplitter"}
+  out: {class: "stram.operators.io:JsonLinesOutput", properties: {path: /tmp/x}}
 streams:
   lines: {from: reader.output, to: [split.input]}
   words: {from: split.output, to: [out.input]}
@@ -447,8 +448,8 @@ class FakeLauncher(Launcher):
 
 def test_master_applies_the_listener_through_the_scale_path(tmp_path, monkeypatch):
     """AppMaster without processes: checkpoint files in, listener called, files and launches out."""
-    from appmaster import master as master_mod
     from specs import autoscale
+    from stram.master.process import master as master_mod
     text = wordcount(1, extra=", STATS_LISTENER: 'specs.autoscale:scale_count'")
     app_path = f"file://{tmp_path}"
     m = master_mod.AppMaster(AppSpec.from_yaml(text), "app-listen", app_path, TOKEN, FakeLauncher())
@@ -497,8 +498,8 @@ def test_master_applies_the_listener_through_the_scale_path(tmp_path, monkeypatc
 
 
 def test_admin_api_returns_what_was_done_and_refusals(tmp_path):
-    from appmaster import master as master_mod
-    from appmaster.admin import create_app
+    from stram.master.admin.rest import create_app
+    from stram.master.process import master as master_mod
     m = master_mod.AppMaster(AppSpec.from_yaml(wordcount(3)), "app-admin", f"file://{tmp_path}", TOKEN,
                              FakeLauncher())
     run = Run.around(m.state)

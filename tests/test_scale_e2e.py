@@ -7,10 +7,10 @@ import os
 import time
 
 import pytest
-
 from conftest import ROOT, read_counts, word_truth
 from e2ekit import launch_detached, wait_until
-from scripts import cli
+
+from stram.client import cli
 
 pytestmark = pytest.mark.slow
 
@@ -46,7 +46,7 @@ def test_scale_wordcount_while_it_runs(tmp_path, capsys):
     """The reader idles at the end of its file (LinesThenIdle): containers that start late on a
     loaded machine catch up on the windows they missed, and the run must not end before the
     second scale (loop round 21: it had SUCCEEDED when scaled down)."""
-    from appmaster import apps as stram_apps
+    from stram.common import apps as stram_apps
     out = tmp_path / "out"
     app_id = launch_detached("specs/wordcount.yaml", *FAST, "-D", f"operators.reader.path={MOBY}",
                              "-D", "operators.reader.class=tests.e2e_ops:LinesThenIdle",

@@ -24,10 +24,10 @@ import urllib.request
 
 import psutil
 import pytest
-
-from appmaster import apps as stram_apps
 from conftest import ROOT, read_counts, word_truth
 from e2ekit import admin, app_processes, launch_detached, running_operators, wait_final, wait_until
+
+from stram.common import apps as stram_apps
 
 pytestmark = pytest.mark.slow
 
@@ -79,7 +79,7 @@ def counted_exactly(tmp_path, lines_per_window: int, *args: str):
         final = wait_final(app_id, timeout=180)
     finally:
         if final is None and (admin(app_id, "info") or {}).get("state") == "RUNNING":
-            subprocess.run([sys.executable, "-m", "scripts.cli", "kill-app", app_id], cwd=ROOT, timeout=60)
+            subprocess.run([sys.executable, "-m", "stram.client.cli", "kill-app", app_id], cwd=ROOT, timeout=60)
     assert final["state"] == "SUCCEEDED", final
     sums, maxima, _ = read_counts(out)
     truth = word_truth(WORDS)
@@ -132,7 +132,7 @@ def test_a_running_word_count_refuses_strangers_and_keeps_its_secrets(tmp_path):
     assert not wrong, wrong
 
 
-#: The umbilical served in the master's process, or by its front process (appmaster.front: on
+#: The umbilical served in the master's process, or by its front process (stram.master.umbilical.front: on
 #: from UMBILICAL_PROCESS_MIN_CONTAINERS containers, here from the first).
 UMBILICAL = pytest.mark.parametrize("umbilical", [(), ("-D", "UMBILICAL_PROCESS_MIN_CONTAINERS=1")],
                                     ids=["in-process", "front-process"])
@@ -147,9 +147,9 @@ def test_one_containers_credential_cannot_forge_another_or_read_its_streams(tmp_
     from B's buffer server, and the application still counts exactly."""
     import grpc
 
-    import proto
-    from container.bufferserver import FIRST_WINDOW, BufferServerError, Subscriber
-    from container.secret import buffer_server_key
+    from stram import wire as proto
+    from stram.agent.bufferserver import FIRST_WINDOW, BufferServerError, Subscriber
+    from stram.common.secret import buffer_server_key
 
     with counted_exactly(tmp_path, 5, *umbilical) as app_id:
         wait_until(lambda: running_operators(app_id) >= 4, timeout=60, what="operators ACTIVE")
@@ -162,7 +162,7 @@ def test_one_containers_credential_cannot_forge_another_or_read_its_streams(tmp_
         assert len(set(values.values())) == len(values) and token not in values.values()
         assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in creds.values())
         for proc in app_processes(app_id):  # no container is told where the token is
-            if proc.cmdline()[-2:] == ["-m", "container"]:
+            if proc.cmdline()[-2:] == ["-m", "stram.agent"]:
                 assert "STRAM_TOKEN_FILE" not in proc.environ(), proc.pid
         a, b = sorted(values)[:2]
         with open(os.path.join(app_path, "heartbeatUri")) as f:
@@ -204,12 +204,12 @@ def test_with_tls_a_word_count_speaks_no_plain_text_and_counts_exactly(tmp_path,
     server speak TLS under the application's own certificate, and nothing in plain text."""
     import grpc
 
-    import proto
-    from appmaster.adminhttp import request_json
-    from appmaster.errors import ClusterUnreachable
-    from container import tls
-    from container.bufferserver import FIRST_WINDOW, BufferServerError, Subscriber
-    from container.secret import buffer_server_key, container_credential
+    from stram import wire as proto
+    from stram.agent.bufferserver import FIRST_WINDOW, BufferServerError, Subscriber
+    from stram.client.adminhttp import request_json
+    from stram.common import tls
+    from stram.common.errors import ClusterUnreachable
+    from stram.common.secret import buffer_server_key, container_credential
 
     with counted_exactly(tmp_path, 5, "-D", "TLS=true", *umbilical) as app_id:
         wait_until(lambda: running_operators(app_id) >= 4, timeout=60, what="operators ACTIVE")

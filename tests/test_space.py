@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from container import fs, space
-from container.operator import FatalError
+from stram.common import fs, space
+from stram.operator import FatalError
 
 
 def test_is_no_space():
@@ -147,8 +147,8 @@ def test_status_file_is_rewritten_in_place_on_a_full_disk(full_tmpfs):
 
 def test_an_append_that_meets_a_full_disk_leaves_no_torn_line(full_tmpfs):
     """AT_LEAST_ONCE output on a full disk: the window fails whole; once space returns, every line parses."""
-    from container.operator import OperatorContext
-    from container.operators import io
+    from stram.operator import OperatorContext
+    from stram.operators import io
 
     op = io.JsonLinesOutput()
     op.path = str(full_tmpfs / "out")

@@ -17,7 +17,7 @@ TOKEN = b"spark-test-token"
 
 @pytest.fixture
 def buffer_server():
-    from container.bufferserver import BufferServer
+    from stram.agent.bufferserver import BufferServer
 
     server = BufferServer(token=TOKEN)
     server.start()
@@ -26,9 +26,9 @@ def buffer_server():
 
 
 def _publish(server, publisher: str, windows: range, rows_per_window: int = 3, end: bool = False) -> None:
-    from container.codec import get_codec
-
     import datetime as dt
+
+    from stram.agent.engine.codec import get_codec
     codec = get_codec("pickle")
     pub = server.publisher(publisher, windows[0])
     for w in windows:
@@ -51,7 +51,7 @@ def _channel_state(server, sources: dict[int, int], ended: dict[int, int] | None
 
 
 def _schema(ddl_fields):
-    from pyspark.sql.types import StringType, StructField, StructType, TimestampType, IntegerType
+    from pyspark.sql.types import IntegerType, StringType, StructField, StructType, TimestampType
 
     types = {"timestamp": TimestampType(), "string": StringType(), "int": IntegerType()}
     return StructType([StructField(n, types[t]) for n, t in ddl_fields])
@@ -61,7 +61,7 @@ SCHEMA = [("event_time", "timestamp"), ("user", "string"), ("page", "string")]
 
 
 def test_source_offsets_partitions_read_commit(tmp_path, buffer_server):
-    from container.spark import Channel, StramStreamReader, latest_window, probe_end_of_stream
+    from stram.spark import Channel, StramStreamReader, latest_window, probe_end_of_stream
 
     _publish(buffer_server, "5.output", range(W0 + 1, W0 + 7))
     _publish(buffer_server, "6.output", range(W0 + 1, W0 + 4), end=True)
@@ -102,7 +102,7 @@ def test_source_offsets_partitions_read_commit(tmp_path, buffer_server):
 
 
 def test_source_schema_mismatch_and_dead_server(tmp_path, buffer_server):
-    from container.spark import Channel, StramReadError, StramSchemaError, StramStreamReader
+    from stram.spark import Channel, StramReadError, StramSchemaError, StramStreamReader
 
     _publish(buffer_server, "5.output", range(W0 + 1, W0 + 3))
     channel = Channel(str(tmp_path / "ch"))
@@ -132,8 +132,8 @@ def test_source_schema_mismatch_and_dead_server(tmp_path, buffer_server):
 def test_source_passes_arrow_batches_through(tmp_path, buffer_server):
     import pyarrow as pa
 
-    from container.codec import get_codec
-    from container.spark import Channel, StramStreamReader
+    from stram.agent.engine.codec import get_codec
+    from stram.spark import Channel, StramStreamReader
 
     pub = buffer_server.publisher("7.output", W0 + 1)
     batch = pa.record_batch({"page": ["/a", "/b"], "user": ["x", "y"], "n": pa.array([1, 2], pa.int64())})
@@ -152,7 +152,7 @@ def test_source_passes_arrow_batches_through(tmp_path, buffer_server):
 
 def test_commits_are_reported_only_once_the_ends_of_upstreams_are_known(buffer_server):
     """Reporting an upstream's last window lets the master remove it: its END_STREAM must be seen first."""
-    from container.spark.pipeline import SparkPipeline, _Upstream
+    from stram.spark.pipeline import SparkPipeline, _Upstream
 
     pub = buffer_server.publisher("5.output", W0 + 1)
     for w in (W0 + 1, W0 + 2):
@@ -176,9 +176,9 @@ def test_commits_are_reported_only_once_the_ends_of_upstreams_are_known(buffer_s
 
 def test_an_upstream_ends_only_when_the_master_says_so(tmp_path):
     """A key missing from upstream_windows is no end of stream; ended_upstreams is."""
-    from container.operator import OperatorContext
-    from container.spark.channel import Channel
-    from container.spark.pipeline import SparkPipeline, _Upstream
+    from stram.operator import OperatorContext
+    from stram.spark.channel import Channel
+    from stram.spark.pipeline import SparkPipeline, _Upstream
 
     told = {"windows": {5: W0 + 3, 6: W0 + 4}, "ended": {}}
     op = SparkPipeline()

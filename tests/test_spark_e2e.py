@@ -15,8 +15,10 @@ pd = pytest.importorskip("pandas")
 
 from conftest import ROOT  # noqa: E402
 from e2ekit import admin, kill_container_of, launch_detached, running_operators, wait_final, wait_until  # noqa: E402
-from scripts import cli  # noqa: E402
+
 from specs.clickstream_ops import ClickstreamGenerator, events  # noqa: E402
+from stram.client import cli  # noqa: E402
+
 
 def operator_row(app_id: str, name: str) -> dict | None:
     """The operator ``name``'s row on the admin API; None while the master does not answer or lacks it."""
@@ -183,7 +185,7 @@ def test_pipeline_errors_fail_the_application_cleanly(tmp_path):
         expected = cases[name][1]
         assert app["state"] == "FAILED", (name, app)
         assert "SparkPipeline 'analytics'" in app["diagnostics"] and expected in app["diagnostics"], (name, app)
-        cap = subprocess.run([sys.executable, "-m", "scripts.cli", "get-app-info", app_id, "--json"],
+        cap = subprocess.run([sys.executable, "-m", "stram.client.cli", "get-app-info", app_id, "--json"],
                              capture_output=True, text=True, cwd=ROOT)
         assert expected in cap.stdout, (name, cap.stdout[-2000:])
         master_log = open(os.path.join(app["app_path"], "logs", "master.log")).read()

@@ -11,9 +11,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "specdata"))
 
-from appmaster import attributes  # noqa: E402
-from appmaster.spec import (AppSpec, OperatorSpec, PortRef, SpecError,  # noqa: E402
-                            StreamSpec, load_operator_class)
+from stram.common import attributes  # noqa: E402
+from stram.master.spec import AppSpec, OperatorSpec, PortRef, SpecError, StreamSpec, load_operator_class  # noqa: E402
 
 OPS = """\
 operators:
@@ -102,12 +101,12 @@ BAD_SPECS = [
     ("class not in module", app(ops=op("up", "{class: spec_fixture_ops:Uper}")),
      "app.yaml: operators.up.class: module 'spec_fixture_ops' has no 'Uper' (operators "
      "there: Source, Upper, Join, Sink, OptionalSink, ControlledSource, SelfReader)"),
-    ("class not in package", app(ops=op("src", "{class: container.receivers:SocketTextRecever}")),
-     "app.yaml: operators.src.class: module 'container.receivers' has no 'SocketTextRecever' "
+    ("class not in package", app(ops=op("src", "{class: stram.receivers:SocketTextRecever}")),
+     "app.yaml: operators.src.class: module 'stram.receivers' has no 'SocketTextRecever' "
      "(operators there: ReceiverInputOperator, Receiver, SocketTextReceiver, DirectoryReceiver)"),
     ("not an Operator", app(ops=op("up", "{class: spec_fixture_ops:NotAnOperator}")),
      "app.yaml: operators.up.class: 'spec_fixture_ops:NotAnOperator' is not a subclass of "
-     "container.operator.Operator"),
+     "stram.operator.Operator"),
     ("not a class", app(ops=op("up", "{class: spec_fixture_ops:stats_listener}")),
      "app.yaml: operators.up.class: 'spec_fixture_ops:stats_listener' is not a class"),
     # -- properties
@@ -116,9 +115,9 @@ BAD_SPECS = [
      "spec_fixture_ops:Source (known: path, count, rate, verbose, limit, label, tags, "
      "weights)"),
     ("unknown property of a package's class",
-     app(ops=op("src", "{class: container.receivers:SocketTextReceiver, properties: {hots: x}}")),
+     app(ops=op("src", "{class: stram.receivers:SocketTextReceiver, properties: {hots: x}}")),
      "app.yaml: operators.src.properties.hots: unknown property 'hots' of "
-     "container.receivers:SocketTextReceiver (known: host, port, ack, ack_wait_seconds)"),
+     "stram.receivers:SocketTextReceiver (known: host, port, ack, ack_wait_seconds)"),
     ("property of a class without any",
      app(ops=OPS + "  opt: {class: spec_fixture_ops:OptionalSink, properties: {x: 1}}\n"),
      "app.yaml: operators.opt.properties.x: unknown property 'x' of "
@@ -794,17 +793,17 @@ def test_load_and_instantiate() -> None:
 
 
 def test_classes_are_named_by_the_package_that_exports_them() -> None:
-    """Specs name the Spark operator ``container.spark:SparkPipeline``; so do the messages."""
+    """Specs name the Spark operator ``stram.spark:SparkPipeline``; so do the messages."""
     def problem(class_name: str, properties: dict) -> str:
         data = {"name": "a", "operators": {"spark": {"class": class_name, "properties": properties}}}
         with pytest.raises(SpecError) as info:
             AppSpec.from_dict(data)
         return info.value.reason
 
-    assert problem("container.spark:SparkPipelin", {}) == \
-        "module 'container.spark' has no 'SparkPipelin' (operators there: SparkPipeline)"
-    assert problem("container.spark:SparkPipeline", {"foo": 1}).startswith(
-        "unknown property 'foo' of container.spark:SparkPipeline (known: pipeline, schema,")
+    assert problem("stram.spark:SparkPipelin", {}) == \
+        "module 'stram.spark' has no 'SparkPipelin' (operators there: SparkPipeline)"
+    assert problem("stram.spark:SparkPipeline", {"foo": 1}).startswith(
+        "unknown property 'foo' of stram.spark:SparkPipeline (known: pipeline, schema,")
 
 
 WORDCOUNT = """\
@@ -815,15 +814,15 @@ attributes:
   PROCESSING_MODE: EXACTLY_ONCE
 operators:
   reader:
-    class: container.operators.io:LineReader
+    class: stram.operators.io:LineReader
     properties: {path: specs/data/words.txt}
   split:
-    class: container.operators.text:WordSplitter
+    class: stram.operators.text:WordSplitter
     partitions: 2
   count:
-    class: container.operators.aggregate:KeyCounter
+    class: stram.operators.aggregate:KeyCounter
   out:
-    class: container.operators.io:JsonLinesOutput
+    class: stram.operators.io:JsonLinesOutput
     properties: {path: /tmp/wc-out}
 streams:
   lines:  {from: reader.output, to: [split.input]}
@@ -833,8 +832,8 @@ streams:
 
 
 def test_builtin_wordcount_spec() -> None:
-    for module in ("container.operators.io", "container.operators.text",
-                   "container.operators.aggregate"):
+    for module in ("stram.operators.io", "stram.operators.text",
+                   "stram.operators.aggregate"):
         pytest.importorskip(module)
     try:
         spec = AppSpec.from_yaml(WORDCOUNT, source="wordcount.yaml",

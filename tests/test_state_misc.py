@@ -11,12 +11,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "specdata"))
 
-import proto  # noqa: E402
-from appmaster import journal  # noqa: E402
-from appmaster.plan import OperatorState  # noqa: E402
-from appmaster.spec import AppSpec  # noqa: E402
-from appmaster.state import (KillContainer, LaunchContainer, MasterState,  # noqa: E402
-                             restart_backoff_millis)
+from stram import wire as proto  # noqa: E402
+from stram.master.core.plan import OperatorState  # noqa: E402
+from stram.master.core.state import KillContainer, LaunchContainer, MasterState, restart_backoff_millis  # noqa: E402
+from stram.master.journal import document as journal  # noqa: E402
+from stram.master.spec import AppSpec  # noqa: E402
 
 T0 = 1_700_000_000_000
 

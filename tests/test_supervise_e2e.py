@@ -2,7 +2,7 @@
 
 ``stram launch --detach`` once left an application stranded when its master
 was killed (containers running on, ``status.json`` RUNNING for good). The
-supervisor (:mod:`appmaster.supervise`) restarts a dead master as YARN does,
+supervisor (:mod:`stram.master.process.supervise`) restarts a dead master as YARN does,
 up to ``MASTER_ATTEMPTS``, then ends the application FAILED with the reason;
 the registry never shows RUNNING once nothing runs the application; and a new
 attempt never takes over (or kills) a process that merely reuses a
@@ -19,11 +19,11 @@ import time
 
 import psutil
 import pytest
-
-from appmaster import apps as stram_apps
-from appmaster import journallog
 from conftest import ROOT, read_counts, word_truth
 from e2ekit import agent_pid, app_processes, launch_detached, running_operators, wait_final, wait_until
+
+from stram.common import apps as stram_apps
+from stram.master.journal import log as journallog
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import ROOT, word_truth
 from e2ekit import admin, launch_detached, wait_final, wait_until
 from test_admin_e2e import kill
@@ -30,9 +29,9 @@ attributes: {{STREAMING_WINDOW_SIZE_MILLIS: 100, HEARTBEAT_INTERVAL_MILLIS: 300,
              PROCESSING_MODE: AT_LEAST_ONCE}}
 operators:
   reader: {{class: "tests.e2e_ops:LinesThenIdle", properties: {{path: "{MOBY}", lines_per_window: 400}}}}
-  split: {{class: "container.operators.text:WordSplitter"}}
-  count: {{class: "container.operators.aggregate:KeyCounter"}}
-  out: {{class: "container.operators.io:JsonLinesOutput", properties: {{path: "{tmp_path / 'out'}"}}}}
+  split: {{class: "stram.operators.text:WordSplitter"}}
+  count: {{class: "stram.operators.aggregate:KeyCounter"}}
+  out: {{class: "stram.operators.io:JsonLinesOutput", properties: {{path: "{tmp_path / 'out'}"}}}}
 streams:
   lines: {{from: reader.output, to: [split.input], locality: THREAD_LOCAL}}
   words: {{from: split.output, to: [count.input], locality: THREAD_LOCAL}}

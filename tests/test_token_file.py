@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import stat
 
-from appmaster import apps
+from stram.common import apps
 
 
 def test_token_is_written_owner_only_and_read_back(tmp_path, monkeypatch):

@@ -7,8 +7,8 @@ takes calls on its event loop, which waits whenever the master's one
 interpreter is busy (a garbage collection, a batch of heartbeats): at 2,000
 containers starting together, ``bench/bench_heartbeats.py`` saw 15-200 of their
 GetInitContext calls refused this way, and deploying took 51 s or never ended.
-:func:`appmaster.server.create_server` raises both limits
-(:data:`appmaster.server.MAX_PENDING_CALLS`). Here the server's event loop is
+:func:`stram.master.umbilical.server.create_server` raises both limits
+(:data:`stram.master.umbilical.server.MAX_PENDING_CALLS`). Here the server's event loop is
 held busy while 2,500 calls arrive over real gRPC on loopback; every one must
 be answered.
 """
@@ -21,9 +21,9 @@ import time
 
 import grpc
 
-import proto
-from appmaster.server import UmbilicalServicer, create_server
-from container.secret import container_credential
+from stram import wire as proto
+from stram.common.secret import container_credential
+from stram.master.umbilical.server import UmbilicalServicer, create_server
 
 TOKEN = "burst-test-token"
 CALLS = 2500

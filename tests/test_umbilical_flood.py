@@ -7,7 +7,7 @@ that never reads the request, and keeps HTTP/2's flow-control window small
 (no BDP probing): a refused call's body is not taken in beyond 64 KiB. With
 either measure alone, 18-164 MiB were measured.
 
-The server (appmaster.server, the master's own) runs in a process of its own so
+The server (stram.master.umbilical.server, the master's own) runs in a process of its own so
 that its resident memory is measured alone; the flood comes from this process
 over real gRPC on loopback, with the request as raw bytes (a client need not
 send valid protobuf to cost the server memory).
@@ -23,9 +23,9 @@ import textwrap
 import grpc
 import psutil
 import pytest
-
-import proto
 from conftest import ROOT
+
+from stram import wire as proto
 
 pytestmark = pytest.mark.slow
 
@@ -36,8 +36,8 @@ PAYLOAD = b"\x0a" * ((4 << 20) - 1024)  # just under the server's 4 MiB receive 
 SERVER = textwrap.dedent(f"""
     import sys, logging
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-    from appmaster.server import UmbilicalServicer, create_server
-    from appmaster.state import UnknownContainer
+    from stram.master.umbilical.server import UmbilicalServicer, create_server
+    from stram.master.core.state import UnknownContainer
 
     def dispatch(event):
         raise UnknownContainer("nobody")

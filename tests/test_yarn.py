@@ -41,13 +41,15 @@ from typing import Any
 import pytest
 import skein
 import yaml
-
-from appmaster import yarn
-from appmaster.launcher import ContainerRequest
-from appmaster.spec import AppSpec
 from conftest import ROOT, read_counts, word_truth
-from scripts import cli
-from appmaster.errors import ClusterUnreachable, StramError, UserError
+
+from stram.client import cli, yarn
+from stram.common import hadoopconf
+from stram.common.errors import ClusterUnreachable, StramError, UserError
+from stram.master.launch import yarn as yarnlauncher
+from stram.master.launch import yarnnode
+from stram.master.launch.local import ContainerRequest
+from stram.master.spec import AppSpec
 
 WORDCOUNT = ROOT / "specs" / "wordcount.yaml"
 WORDS = ROOT / "specs" / "data" / "words.txt"
@@ -63,12 +65,12 @@ def roundtrip(aspec: Any) -> Any:
 
 
 def small_spec(tmp_path: pathlib.Path, attributes: dict | None = None, count_attributes: dict | None = None,
-               count_class: str = "container.operators.aggregate:KeyCounter") -> AppSpec:
+               count_class: str = "stram.operators.aggregate:KeyCounter") -> AppSpec:
     data = {
         "name": "small",
         "attributes": attributes or {},
         "operators": {
-            "reader": {"class": "container.operators.io:LineReader", "properties": {"path": "hdfs:///in.txt"}},
+            "reader": {"class": "stram.operators.io:LineReader", "properties": {"path": "hdfs:///in.txt"}},
             "count": {"class": count_class, **({"attributes": count_attributes} if count_attributes else {})},
         },
         "streams": {"lines": {"from": "reader.output", "to": ["count.input"]}},
@@ -87,7 +89,7 @@ def _no_cluster_config(monkeypatch):
                 "STRAM_YARN_APP_PATH", "STRAM_YARN_NODE_LABEL", "STRAM_YARN_PRINCIPAL", "STRAM_YARN_KEYTAB"):
         monkeypatch.delenv(var, raising=False)
     real = yarn.find_hadoop_conf_dir
-    monkeypatch.setattr(yarn.hadoopconf, "find_hadoop_conf_dir",
+    monkeypatch.setattr(hadoopconf, "find_hadoop_conf_dir",
                         lambda env=None: real(env) if (env or os.environ).get("HADOOP_CONF_DIR") else None)
 
 
@@ -109,9 +111,9 @@ def test_wordcount_application_spec(tmp_path):
     assert (master.resources.memory, master.resources.vcores) == (1024, 1)
     lines = master.script.splitlines()
     assert lines[0] == "set -e"
-    assert lines[-1] == "exec python -m appmaster --launcher yarn"
+    assert lines[-1] == "exec python -m stram.master --launcher yarn"
     assert 'export STRAM_APP_ID="${STRAM_APP_ID:-$SKEIN_APPLICATION_ID}"' in lines
-    assert "python -m appmaster.yarn prepare-master spec.yaml" in lines
+    assert "python -m stram.master.launch.yarnnode prepare-master spec.yaml" in lines
     assert set(master.env) == {"STRAM_APP_PATH", "STRAM_TOKEN_FILE", "STRAM_LAUNCHER", "PYTHONUNBUFFERED", "STRAM_USER"}
     assert master.env["STRAM_APP_PATH"].startswith(f"hdfs:///user/{yarn.appspec._hadoop_user(None)}/.stram/apps/wordcount-")
     # the token is a private localized file, never in the environment
@@ -134,8 +136,8 @@ def test_wordcount_application_spec(tmp_path):
     assert service.instances == 0
     assert (service.resources.memory, service.resources.vcores) == (1024, 1)
     assert service.max_restarts == 0 and service.allow_failures is True
-    assert service.script.splitlines()[-1] == "exec python -m container"
-    assert 'python -m appmaster.yarn check-hdfs "$STRAM_APP_PATH"' in service.script
+    assert service.script.splitlines()[-1] == "exec python -m stram.agent"
+    assert 'python -m stram.master.launch.yarnnode check-hdfs "$STRAM_APP_PATH"' in service.script
     # containers never get the application's token: each reads a credential of its own under APP_PATH
     assert set(service.files) == {"app"} and "spec.yaml" not in service.files
     assert service.env == {"PYTHONUNBUFFERED": "1"}
@@ -228,7 +230,7 @@ def test_application_modules_are_shipped(tmp_path, monkeypatch):
     pkg = tmp_path / "code" / "myapp_ops"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text(
-        "from container.operator import Operator, InputPort, OutputPort\n\n"
+        "from stram.operator import Operator, InputPort, OutputPort\n\n"
         "class Shout(Operator):\n"
         "    input = InputPort()\n"
         "    output = OutputPort()\n\n"
@@ -249,8 +251,9 @@ def test_application_modules_are_shipped(tmp_path, monkeypatch):
 
     names = zipfile.ZipFile(yarn.application_spec(spec, None, staging_dir=str(tmp_path / "t"), ship_stram=True)
                             .master.files["app"].source[len("file://"):]).namelist()
-    assert "myapp_ops/__init__.py" in names and "appmaster/yarn/appspec.py" in names
-    assert "container/agent.py" in names and not any(n.endswith(".pyc") for n in names)
+    assert "myapp_ops/__init__.py" in names and "stram/client/yarn/appspec.py" in names
+    assert "stram/agent/agent.py" in names and "stram/master/core/state.py" in names
+    assert "stram/wire/stram_pb2.py" in names and not any(n.endswith(".pyc") for n in names)
 
     # only stram's own operators, stram installed: nothing to ship, no PYTHONPATH line
     plain = yarn.application_spec(small_spec(tmp_path), None, staging_dir=str(tmp_path / "u"), ship_stram=False)
@@ -367,10 +370,10 @@ def test_missing_pieces_are_clear_errors(tmp_path, monkeypatch, capsys, setup, w
         (bin_dir / "yarn").unlink()
     elif setup == "no_conf":
         monkeypatch.delenv("HADOOP_CONF_DIR")
-        monkeypatch.setattr(yarn.hadoopconf, "find_hadoop_conf_dir", lambda env=None: None)
+        monkeypatch.setattr(hadoopconf, "find_hadoop_conf_dir", lambda env=None: None)
     elif setup == "conf_without_yarn_site":
         (conf / "yarn-site.xml").unlink()
-        monkeypatch.setattr(yarn.hadoopconf, "find_hadoop_conf_dir", lambda env=None: None)
+        monkeypatch.setattr(hadoopconf, "find_hadoop_conf_dir", lambda env=None: None)
     code = cli.main(["launch", "--yarn", str(WORDCOUNT), "--detach"])
     err = capsys.readouterr().err
     assert code == 1
@@ -444,7 +447,7 @@ def test_submit_without_resourcemanager_fails_fast(tmp_path, bounded_by):
         env["STRAM_YARN_CONNECT_WAIT_MS"] = "3000"
     write_site(conf / "yarn-site.xml", props)
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "scripts.cli", "launch", "--yarn", str(WORDCOUNT),
+    proc = subprocess.run([sys.executable, "-m", "stram.client.cli", "launch", "--yarn", str(WORDCOUNT),
                            "-D", "operators.reader.path=hdfs:///in.txt", "-D", "operators.out.path=hdfs:///out",
                            "--detach"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     elapsed = time.monotonic() - started
@@ -664,7 +667,7 @@ def request(cid: str, memory: int = 1024, vcores: int = 1) -> ContainerRequest:
 
 def test_launcher_maps_containers_and_exit_codes():
     client = RecordingClient()
-    launcher = yarn.YarnLauncher(client)
+    launcher = yarnlauncher.YarnLauncher(client)
     assert launcher.services == {"container": (1024, 1), "container-4096mb-2vc": (4096, 2)}
     launcher.launch(request("c1"))
     launcher.launch(request("c2", memory=3000))
@@ -690,7 +693,7 @@ def test_launcher_maps_containers_and_exit_codes():
 
 
 def test_launcher_failed_request_is_reported_as_ended():
-    launcher = yarn.YarnLauncher(RecordingClient(fail_add=True))
+    launcher = yarnlauncher.YarnLauncher(RecordingClient(fail_add=True))
     launcher.launch(request("c1"))
     assert launcher.poll() == [("c1", None)]
     assert launcher.poll() == []
@@ -704,13 +707,13 @@ def test_launcher_passes_resources_where_the_client_takes_them():
             calls.append(resources)
             return super().add_container(service, env)
 
-    yarn.YarnLauncher(NewerClient(), {"container": (1024, 1)}).launch(request("c1", memory=2048, vcores=2))
+    yarnlauncher.YarnLauncher(NewerClient(), {"container": (1024, 1)}).launch(request("c1", memory=2048, vcores=2))
     assert calls == [skein.Resources(2048, 2)]
 
 
 def test_launcher_finish_ui_and_from_current(monkeypatch):
     client = RecordingClient()
-    launcher = yarn.YarnLauncher(client)
+    launcher = yarnlauncher.YarnLauncher(client)
     assert launcher.register_ui("http://node1:5000") == "http://rm/proxy/app/pages/stram"
     assert client.pages == [("stram", "http://node1:5000", "stram")]
     with pytest.warns(RuntimeWarning, match="could not add the stram admin page"):
@@ -718,22 +721,22 @@ def test_launcher_finish_ui_and_from_current(monkeypatch):
     for state, status in (("SUCCEEDED", "SUCCEEDED"), ("FAILED", "FAILED"), ("KILLED", "KILLED"),
                           ("RUNNING", "FAILED")):
         client.shutdowns.clear()
-        launcher = yarn.YarnLauncher(client)
+        launcher = yarnlauncher.YarnLauncher(client)
         launcher.finish(state, "the diagnostics")
         assert client.shutdowns == [(status, "the diagnostics")]
     monkeypatch.delenv("SKEIN_APPLICATION_ID", raising=False)
     with pytest.raises(StramError, match="runs inside the Skein master container"):
-        yarn.YarnLauncher.from_current()
+        yarnlauncher.YarnLauncher.from_current()
 
 
 def test_current_app_id():
-    assert yarn.current_app_id({"SKEIN_APPLICATION_ID": "application_17_0042"}) == "application_17_0042"
-    assert yarn.current_app_id({"CONTAINER_ID": "container_1526134340424_0012_01_000001"}) == \
+    assert yarnnode.current_app_id({"SKEIN_APPLICATION_ID": "application_17_0042"}) == "application_17_0042"
+    assert yarnnode.current_app_id({"CONTAINER_ID": "container_1526134340424_0012_01_000001"}) == \
         "application_1526134340424_0012"
-    assert yarn.current_app_id({"CONTAINER_ID": "container_e17_1410901177871_0001_02_000005"}) == \
+    assert yarnnode.current_app_id({"CONTAINER_ID": "container_e17_1410901177871_0001_02_000005"}) == \
         "application_1410901177871_0001"
-    assert yarn.current_app_id({"STRAM_APP_ID": "a", "SKEIN_APPLICATION_ID": "b"}) == "a"
-    assert yarn.current_app_id({}) is None
+    assert yarnnode.current_app_id({"STRAM_APP_ID": "a", "SKEIN_APPLICATION_ID": "b"}) == "a"
+    assert yarnnode.current_app_id({}) is None
 
 
 # ====================================================================== HDFS prerequisites
@@ -757,50 +760,50 @@ def fake_hadoop_node(tmp_path: pathlib.Path) -> dict[str, str]:
 
 
 def test_check_hdfs(tmp_path):
-    assert yarn.check_hdfs("file:///tmp/x", {}) == {}
-    assert yarn.check_hdfs("/tmp/x", {}) == {}
+    assert yarnnode.check_hdfs("file:///tmp/x", {}) == {}
+    assert yarnnode.check_hdfs("/tmp/x", {}) == {}
     with pytest.raises(StramError) as err:
-        yarn.check_hdfs("hdfs:///user/a/.stram/apps/x", {})
+        yarnnode.check_hdfs("hdfs:///user/a/.stram/apps/x", {})
     text = str(err.value)
     assert text.startswith("hdfs:///user/a/.stram/apps/x is on HDFS, which stram reaches through pyarrow's "
                            "HadoopFileSystem (libhdfs), but on this node: JAVA_HOME is not set")
     assert "libhdfs.so was not found" in text and "export CLASSPATH=$(hadoop classpath --glob)" in text
 
     env = fake_hadoop_node(tmp_path)
-    found = yarn.check_hdfs("hdfs:///user/a/.stram/apps/x", env)
+    found = yarnnode.check_hdfs("hdfs:///user/a/.stram/apps/x", env)
     assert found["libhdfs"].endswith("hadoop/lib/native/libhdfs.so") and found["classpath_jars"] == "1"
-    assert yarn.check_hdfs("hdfs://nn:8020/apps/x", dict(env, HADOOP_HOME="",
+    assert yarnnode.check_hdfs("hdfs://nn:8020/apps/x", dict(env, HADOOP_HOME="",
                                                         ARROW_LIBHDFS_DIR=str(tmp_path / "hadoop/lib/native")))
 
     wild = dict(env, CLASSPATH=f"{tmp_path}/hadoop/etc/hadoop:{tmp_path}/hadoop/share/*")
     with pytest.raises(StramError, match=r"only wildcard entries \(dir/\*\), which the JVM that libhdfs"):
-        yarn.check_hdfs("hdfs:///x", wild)
+        yarnnode.check_hdfs("hdfs:///x", wild)
     no_conf = dict(env, CLASSPATH=f"{tmp_path}/hadoop/share/hadoop-common-3.4.1.jar")
     with pytest.raises(StramError, match="names no NameNode, so fs.defaultFS comes from core-site.xml"):
-        yarn.check_hdfs("hdfs:///x", no_conf)
-    assert yarn.check_hdfs("hdfs://nn:8020/x", no_conf)  # a NameNode named: no core-site.xml needed
+        yarnnode.check_hdfs("hdfs:///x", no_conf)
+    assert yarnnode.check_hdfs("hdfs://nn:8020/x", no_conf)  # a NameNode named: no core-site.xml needed
     with pytest.raises(StramError, match="has no lib/server/libjvm.so"):
-        yarn.check_hdfs("hdfs://nn/x", dict(env, JAVA_HOME=str(tmp_path / "hadoop")))
+        yarnnode.check_hdfs("hdfs://nn/x", dict(env, JAVA_HOME=str(tmp_path / "hadoop")))
     # the node-side command the container script runs
-    assert yarn.main(["check-hdfs", "file:///tmp"]) == 0
+    assert yarnnode.main(["check-hdfs", "file:///tmp"]) == 0
 
 
 def test_prepare_master_stages_the_spec_once(tmp_path, capsys):
     spec_file = tmp_path / "spec.yaml"
     spec_file.write_text(AppSpec.from_file(WORDCOUNT).to_yaml())
     app_path = f"file://{tmp_path}/app"
-    assert yarn.prepare_master(str(spec_file), app_path) is None
+    assert yarnnode.prepare_master(str(spec_file), app_path) is None
     assert (tmp_path / "app" / "spec.yaml").read_text() == spec_file.read_text()
     spec_file.write_text("changed")  # a second attempt keeps the spec its journal belongs to
-    assert yarn.prepare_master(str(spec_file), app_path) is None
+    assert yarnnode.prepare_master(str(spec_file), app_path) is None
     assert (tmp_path / "app" / "spec.yaml").read_text() != "changed"
     (tmp_path / "app" / "status.json").write_text(json.dumps({"state": "RUNNING"}))
-    assert yarn.prepare_master(str(spec_file), app_path) is None
+    assert yarnnode.prepare_master(str(spec_file), app_path) is None
     (tmp_path / "app" / "status.json").write_text(json.dumps({"state": "KILLED"}))
-    assert yarn.prepare_master(str(spec_file), app_path) == "KILLED"
+    assert yarnnode.prepare_master(str(spec_file), app_path) == "KILLED"
     os.environ["STRAM_APP_PATH"] = app_path
     try:
-        assert yarn.main(["prepare-master", str(spec_file)]) == yarn.ALREADY_ENDED
+        assert yarnnode.main(["prepare-master", str(spec_file)]) == yarnnode.ALREADY_ENDED
     finally:
         del os.environ["STRAM_APP_PATH"]
     assert "an earlier attempt already ended this application KILLED" in capsys.readouterr().err
@@ -935,7 +938,7 @@ class StandInApplicationClient:
 
 def run_on_standin(tmp_path: pathlib.Path, overrides: list[str], during=None, timeout: float = 180.0):
     """Run a spec with the real AppMaster + YarnLauncher on the stand-in; (master, stand-in, aspec)."""
-    from appmaster.master import AppMaster
+    from stram.master.process.master import AppMaster
 
     spec = AppSpec.from_file(WORDCOUNT, overrides=overrides)
     app_id = "application_1700000000000_0001"
@@ -944,14 +947,14 @@ def run_on_standin(tmp_path: pathlib.Path, overrides: list[str], during=None, ti
                                             staging_dir=str(tmp_path / "staging")))
     # the master script's first step, as a process, with the env the master gets
     env = dict(os.environ, **aspec.master.env)
-    staged = subprocess.run([sys.executable, "-m", "appmaster.yarn", "prepare-master",
+    staged = subprocess.run([sys.executable, "-m", "stram.client.yarn", "prepare-master",
                              aspec.master.files["spec.yaml"].source[len("file://"):]],
                             env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert staged.returncode == 0, staged.stderr
     assert AppSpec.from_yaml((tmp_path / "app" / "spec.yaml").read_text()) == spec
 
     standin = StandInApplicationClient(aspec, tmp_path / "nm", app_id)
-    launcher = yarn.YarnLauncher(standin)
+    launcher = yarnlauncher.YarnLauncher(standin)
     master = AppMaster(spec, app_id, app_path, token_of(aspec.master), launcher, host="127.0.0.1")
     result: dict[str, Any] = {}
     thread = threading.Thread(target=lambda: result.setdefault("state", master.run()), daemon=True)
@@ -984,7 +987,7 @@ def test_yarn_launcher_runs_wordcount(tmp_path):
     # published with the application's certificate
     assert standin.ui.pages == {"stram": (master.proxy_url, "stram")}
     assert master.admin_url.startswith("https://") and master.proxy_url.startswith("http://")
-    from appmaster.adminhttp import ADMIN_KEY
+    from stram.client.adminhttp import ADMIN_KEY
     assert json.loads(standin.kv[ADMIN_KEY]) == {"url": master.admin_url,
                                                  "cert": master.tls_identity.cert_pem.decode()}
     # containers were instances of the "container" service, run by its script from localized files
@@ -1004,7 +1007,7 @@ def test_yarn_launcher_runs_wordcount(tmp_path):
     # the service script's preamble puts the shipped stram first: rerun it up to the last line
     c = next(iter(standin.containers.values()))
     probe = aspec.services["container"].script.replace(
-        "exec python -m container", 'python -c "import container.agent as a; print(a.__file__)"')
+        "exec python -m stram.agent", 'python -c "import stram.agent.agent as a; print(a.__file__)"')
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(c["env"], NM_HOST="127.0.0.1")
     where = subprocess.run(["bash", "-c", probe], cwd=c["dir"], env=env, capture_output=True, text=True, timeout=60)
@@ -1019,7 +1022,7 @@ def test_yarn_launcher_recovers_a_killed_container(tmp_path):
     killed: dict[str, Any] = {}
 
     def kill_one(master, standin):
-        from appmaster.adminhttp import request_json
+        from stram.client.adminhttp import request_json
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if master.admin_url:  # HTTPS under the application's certificate (TLS: YARN's default)
@@ -1074,7 +1077,7 @@ def test_refused_submissions_are_one_clear_line():
 
 
 def test_with_tls_the_direct_route_is_the_published_https_address_and_certificate():
-    from appmaster.adminhttp import ADMIN_KEY
+    from stram.client.adminhttp import ADMIN_KEY
     page = skein.ui.ProxiedPage("stram", "http://node:1", "stram", "http://rm/", "/pages")
     kv = {ADMIN_KEY: json.dumps({"url": "https://node:2", "cert": "PEM"}).encode()}
     app = types.SimpleNamespace(kv=kv, ui=types.SimpleNamespace(get_pages=lambda: {"stram": page}))

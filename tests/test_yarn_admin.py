@@ -15,7 +15,6 @@ import time
 from collections import Counter
 
 import pytest
-
 from conftest import ROOT, read_counts, word_truth
 from e2ekit import wait_until
 from hadoop import launch_following, running_operators, stram, stram_json
@@ -161,9 +160,9 @@ def test_admin_api_on_yarn_lets_in_the_token_and_the_proxy_only(on_minicluster, 
 
     import psutil
 
-    from appmaster import yarn
-    from appmaster.adminhttp import pinned_context
-    from appmaster.apps import read_token
+    from stram.client import yarn
+    from stram.client.adminhttp import pinned_context
+    from stram.common.apps import read_token
 
     cert = None
 

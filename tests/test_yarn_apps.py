@@ -22,7 +22,6 @@ import time
 from collections import Counter
 
 import pytest
-
 from conftest import ROOT
 from e2ekit import wait_until
 from hadoop import collect_logs, stram, stram_json
@@ -88,9 +87,9 @@ def _receiver_spec(tmp_path, port: int, out: str) -> str:
                        "STREAMING_WINDOW_SIZE_MILLIS": 200, "CHECKPOINT_WINDOW_COUNT": 5,
                        "HEARTBEAT_INTERVAL_MILLIS": 300},
         "operators": {
-            "rx": {"class": "container.receivers:SocketTextReceiver",
+            "rx": {"class": "stram.receivers:SocketTextReceiver",
                    "properties": {"host": "127.0.0.1", "port": port, "ack": True}},
-            "out": {"class": "container.operators.io:JsonLinesOutput", "properties": {"path": out}},
+            "out": {"class": "stram.operators.io:JsonLinesOutput", "properties": {"path": out}},
         },
         "streams": {"lines": {"from": "rx.output", "to": ["out.input"]}},
     }

@@ -16,7 +16,6 @@ import re
 import time
 
 import pytest
-
 from conftest import ROOT, read_counts, word_truth
 from hadoop import aggregated_containers, stram
 

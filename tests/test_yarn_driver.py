@@ -1,4 +1,4 @@
-"""The standing skein driver (``stram driver start|stop|status``, :mod:`appmaster.yarn.standing`).
+"""The standing skein driver (``stram driver start|stop|status``, :mod:`stram.client.yarn.standing`).
 
 On the session's mini cluster: commands use the standing driver while it runs and
 was started as they would start one; they start their own otherwise (another
@@ -17,7 +17,6 @@ import sys
 
 import psutil
 import pytest
-
 from conftest import ROOT
 from e2ekit import wait_until
 from hadoop import as_user_of
@@ -28,7 +27,7 @@ BROKEN_JVM = {"SKEIN_DRIVER_JAVA_OPTIONS": "-XX:+NoSuchOption"}
 
 
 def stram(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "scripts.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "stram.client.cli", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=300, env={**os.environ, **(env or {})})
 
 
@@ -64,7 +63,7 @@ def test_commands_use_the_standing_driver_while_it_runs(minicluster, monkeypatch
         assert not lists_yarn({**BROKEN_JVM, "STRAM_YARN_CONNECT_WAIT_MS": "4321"})
         assert not lists_yarn({**BROKEN_JVM, "STRAM_YARN_DRIVER": "new"})
 
-        from appmaster import yarn
+        from stram.client import yarn
         with yarn.connect() as client:  # in this process too
             assert client.address == record["address"]
             assert client.get_applications(states=["RUNNING"]) is not None
@@ -90,7 +89,7 @@ def test_commands_use_the_standing_driver_while_it_runs(minicluster, monkeypatch
 
 def test_a_driver_started_for_another_cluster_is_not_used(tmp_path, monkeypatch):
     """:func:`standing.find` matches the record's key; a dead holder's record is nobody's."""
-    from appmaster.yarn import standing
+    from stram.client.yarn import standing
 
     monkeypatch.setenv("STRAM_HOME", str(tmp_path))
     monkeypatch.delenv("STRAM_YARN_CONNECT_WAIT_MS", raising=False)

@@ -24,11 +24,9 @@ import sys
 import time
 
 import pytest
-
 from conftest import ROOT, read_counts, word_truth
 from e2ekit import wait_until
-from hadoop import (collect_logs, launch_following, running_operators, stram, stram_json,
-                    yarn_container_id)
+from hadoop import collect_logs, launch_following, running_operators, stram, stram_json, yarn_container_id
 
 pytestmark = [pytest.mark.yarn, pytest.mark.slow]
 
@@ -46,7 +44,7 @@ OPERATORS = 6  # reader, split, count[0], count[1], the unifier, out
 #: releases a container through skein's application master.
 _SKEIN_KILL = """
 import sys
-from appmaster import yarn
+from stram.client import yarn
 app_id, target = sys.argv[1:]
 with yarn.connect() as client:
     app = client.connect(app_id, wait=False)
@@ -187,7 +185,7 @@ def test_master_lost_second_attempt_resumes(on_minicluster, tmp_path):
 _REPLACE_ON_HDFS = """
 import json, sys
 import pyarrow.fs as pafs
-from container import fs
+from stram.common import fs
 fs.hadoop_client_env()
 uri = sys.argv[1] + "/journal/snapshot"
 filesystem, path = fs.resolve(uri)

@@ -6,7 +6,7 @@ cluster's HDFS, launched with ``stram launch --yarn`` as a user types it. Once
 every operator runs and windows are committed, ``./scripts/minicluster
 restart-namenode --down-seconds 5`` stops the NameNode, keeps it down, and
 starts it again on the same port (it then spends a few seconds in safe mode). The master and the
-containers ride it out (``container.fs.hdfs_retry``): the application ends
+containers ride it out (``stram.common.fs.hdfs_retry``): the application ends
 SUCCEEDED and the output holds every word exactly once, counted here,
 independently, from the input. The one other acceptable end is FAILED with a
 diagnostic that names HDFS or the NameNode; SUCCEEDED with a wrong result never is.
@@ -19,7 +19,6 @@ import re
 import time
 
 import pytest
-
 from conftest import ROOT, read_counts, word_truth
 from e2ekit import wait_until
 from hadoop import collect_logs, launch_following, stram

@@ -21,7 +21,6 @@ import subprocess
 import time
 
 import pytest
-
 from conftest import read_counts, word_truth
 from e2ekit import wait_until
 from hadoop import as_user_of, collect_logs, launch_following, start_cluster, stop_cluster, stram
@@ -65,8 +64,8 @@ def test_a_word_count_on_a_kerberized_cluster(secure_cluster, monkeypatch, tmp_p
 
 def test_an_application_outlives_its_delegation_tokens(secure_cluster, monkeypatch, tmp_path_factory, tmp_path):
     from test_receivers_e2e import LineSource, check_socket_output
-    from test_yarn_apps import (_kill_receiver, _launch_detached, _lines_out, _receiver_spec,
-                                _report_receiver_app, _rx_container)
+    from test_yarn_apps import (_kill_receiver, _launch_detached, _lines_out, _receiver_spec, _report_receiver_app,
+                                _rx_container)
 
     cluster = as_user_of(secure_cluster, monkeypatch, tmp_path_factory)
     monkeypatch.setenv("STRAM_KINIT_INTERVAL", "15")  # the nodes' tickets: renewed from the keytab

@@ -16,7 +16,6 @@ import re
 import time
 
 import pytest
-
 from conftest import ROOT
 from hadoop import stram
 

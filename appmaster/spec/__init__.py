@@ -13,11 +13,10 @@ The package's modules, each importing only those listed before it:
 * ``appspec`` -- :class:`AppSpec`, the whole application: loading, writing, queries.
 """
 
-from appmaster.spec.appspec import AppSpec
-from appmaster.spec.errors import SpecError
-from appmaster.spec.imports import load_operator_class
-from appmaster.spec.parts import (CODECS, INLINE_LOCALITIES, LOCALITIES, OperatorSpec, PortRef,
-                                  StreamSpec)
+from stram.master.spec.appspec import AppSpec
+from stram.master.spec.errors import SpecError
+from stram.master.spec.imports import load_operator_class
+from stram.master.spec.parts import CODECS, INLINE_LOCALITIES, LOCALITIES, OperatorSpec, PortRef, StreamSpec
 
 __all__ = [
     "SpecError",

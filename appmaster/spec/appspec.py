@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from appmaster import attributes as attrs
-from appmaster.spec.build import _Builder
-from appmaster.spec.errors import SpecError
-from appmaster.spec.overrides import _apply_override
-from appmaster.spec.parts import OperatorSpec, StreamSpec, _plain
-from appmaster.spec.yamlio import dump_yaml, load_yaml
+from stram.common import attributes as attrs
+from stram.master.spec.build import Builder
+from stram.master.spec.errors import SpecError
+from stram.master.spec.overrides import apply_override
+from stram.master.spec.parts import OperatorSpec, StreamSpec, plain_data
+from stram.master.spec.yamlio import dump_yaml, load_yaml
 
 __all__ = ["AppSpec"]
 
@@ -121,7 +121,7 @@ class AppSpec:
         data = self.to_dict()
         origin: dict[str, str] = {}
         for item in overrides:
-            path, label = _apply_override(self, data, item)
+            path, label = apply_override(self, data, item)
             origin[path] = label
         return _build(data, self.source, origin)
 
@@ -142,7 +142,7 @@ class AppSpec:
         if self.description:
             out["description"] = self.description
         if self.attributes:
-            out["attributes"] = _plain(self.attributes)
+            out["attributes"] = plain_data(self.attributes)
         out["operators"] = {name: op.to_dict() for name, op in self.operators.items()}
         if self.streams:
             out["streams"] = {name: s.to_dict() for name, s in self.streams.items()}
@@ -240,9 +240,9 @@ def _build(data: Any, source: str, origin: Mapping[str, str] | None = None) -> A
     """An :class:`AppSpec` from plain data, its parts checked first and then its graph.
 
     ``origin`` maps key paths set by ``-D`` overrides to their ``-D`` label
-    (see :class:`~appmaster.spec.build._Builder`).
+    (see :class:`~stram.master.spec.build.Builder`).
     """
-    builder = _Builder(source, origin)
+    builder = Builder(source, origin)
     spec = AppSpec(**builder.fields(data))
     builder.check_graph(spec)
     return spec

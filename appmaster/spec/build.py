@@ -5,36 +5,31 @@ checked, then the graph (no cycles, every required input connected, inline local
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
-from appmaster import attributes as attrs
-from appmaster.attributes import Scope, _show
-from appmaster.spec.errors import SpecError
-from appmaster.spec.imports import _class_ref, _resolve, load_operator_class
-from appmaster.spec.limits import MAX_NAME_LENGTH, MAX_PARTITIONS
-from appmaster.spec.parts import (CODECS, INLINE_LOCALITIES, LOCALITIES, OperatorSpec, PortRef,
-                                  StreamSpec)
-from appmaster.spec.proptypes import _conform, _Mismatch
-from container.operator import (InputOperator, Operator, input_ports, operator_properties,
-                                output_ports)
-
-if TYPE_CHECKING:
-    from appmaster.spec.appspec import AppSpec
+from stram.common import attributes as attrs
+from stram.common.attributes import Scope, show
+from stram.master.spec.errors import SpecError
+from stram.master.spec.imports import class_ref, load_operator_class, resolve
+from stram.master.spec.limits import MAX_NAME_LENGTH, MAX_PARTITIONS
+from stram.master.spec.parts import CODECS, INLINE_LOCALITIES, LOCALITIES, OperatorSpec, PortRef, SpecGraph, StreamSpec
+from stram.master.spec.proptypes import Mismatch, conform
+from stram.operator import InputOperator, Operator, input_ports, operator_properties, output_ports
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*\Z")
 _NAME_RULE = "use letters, digits, '_' and '-', starting with a letter or '_'"
 
 _TOP_KEYS = ("name", "description", "attributes", "operators", "streams")
-_OPERATOR_KEYS = ("class", "properties", "partitions", "attributes", "port_attributes")
+OPERATOR_KEYS = ("class", "properties", "partitions", "attributes", "port_attributes")
 _STREAM_KEYS = ("from", "to", "locality", "codec")
 
 
-class _Builder:
+class Builder:
     """Checks plain data for an :class:`AppSpec`, raising the first problem found.
 
     :meth:`fields` checks the parts (keys, names, attributes, operator classes
     and properties, streams) and gives the spec's fields; :meth:`check_graph`
-    then checks the spec as a whole (``appmaster.spec.appspec`` does both).
+    then checks the spec as a whole (``stram.master.spec.appspec`` does both).
     ``origin`` maps key paths set by ``-D`` overrides to their ``-D`` label, so
     that errors in them point at the override rather than at the file.
     """
@@ -65,7 +60,7 @@ class _Builder:
             raise self.error("", "missing key 'name' (the application's name)")
         name = data["name"]
         if not isinstance(name, str) or not name.strip():
-            raise self.error("name", f"expected a non-empty string, got {_show(name)}")
+            raise self.error("name", f"expected a non-empty string, got {show(name)}")
         self.check_length("name", "application name", name)
         description = data.get("description") or ""
         if not isinstance(description, str):
@@ -78,15 +73,15 @@ class _Builder:
                     source=self.source, description=description)
 
     def check_length(self, path: str, what: str, name: str) -> None:
-        """Names longer than :data:`~appmaster.spec.limits.MAX_NAME_LENGTH` are refused."""
+        """Names longer than :data:`~stram.master.spec.limits.MAX_NAME_LENGTH` are refused."""
         if len(name) > MAX_NAME_LENGTH:
-            raise self.error(path, f"the {what} {_show(name)} has {len(name)} characters; "
+            raise self.error(path, f"the {what} {show(name)} has {len(name)} characters; "
                                    f"at most {MAX_NAME_LENGTH} are allowed")
 
     def check_keys(self, path: str, data: dict, known: tuple[str, ...], what: str) -> None:
         for key in data:
             if key not in known:
-                raise self.error(path, f"unknown {what} {_show(key)} (known: {', '.join(known)})")
+                raise self.error(path, f"unknown {what} {show(key)} (known: {', '.join(known)})")
 
     def mapping(self, path: str, value: Any, what: str) -> dict:
         """``value`` as a dict (``None`` is empty); anything else is an error."""
@@ -119,7 +114,7 @@ class _Builder:
         if ref is None:
             return
         try:
-            listener = _resolve(ref, "function")
+            listener = resolve(ref, "function")
         except ValueError as exc:
             raise self.error("attributes.STATS_LISTENER", str(exc)) from None
         if not callable(listener):
@@ -134,12 +129,12 @@ class _Builder:
 
     def operator(self, name: Any, data: Any) -> OperatorSpec:
         if not isinstance(name, str) or not _NAME_RE.match(name):
-            raise self.error("operators", f"invalid operator name {_show(name)} ({_NAME_RULE})")
+            raise self.error("operators", f"invalid operator name {show(name)} ({_NAME_RULE})")
         self.check_length("operators", "operator name", name)
         path = f"operators.{name}"
         if not isinstance(data, dict):
             raise self.error(path, f"expected a mapping with at least 'class', got {_kind(data)}")
-        self.check_keys(path, data, _OPERATOR_KEYS, "key")
+        self.check_keys(path, data, OPERATOR_KEYS, "key")
         if "class" not in data:
             raise self.error(path, "missing key 'class' (\"module:Class\" of an Operator "
                                    "subclass)")
@@ -153,7 +148,7 @@ class _Builder:
         partitions = data.get("partitions", 1)
         if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
             raise self.error(f"{path}.partitions",
-                             f"expected an integer >= 1, got {_show(partitions)}")
+                             f"expected an integer >= 1, got {show(partitions)}")
         if partitions > MAX_PARTITIONS:
             raise self.error(f"{path}.partitions",
                              f"at most {MAX_PARTITIONS} partitions per operator, got {partitions}")
@@ -174,12 +169,12 @@ class _Builder:
             if name not in known:
                 listing = (f"known: {', '.join(known)}" if known
                            else f"{cls.__name__} has no properties")
-                raise self.error(key, f"unknown property {_show(name)} of "
-                                      f"{_class_ref(cls)} ({listing})")
+                raise self.error(key, f"unknown property {show(name)} of "
+                                      f"{class_ref(cls)} ({listing})")
             try:
-                result[name] = _conform(item, known[name])
-            except _Mismatch as exc:
-                raise self.error(key, f"expected {exc.expected}, got {_show(item)}") from None
+                result[name] = conform(item, known[name])
+            except Mismatch as exc:
+                raise self.error(key, f"expected {exc.expected}, got {show(item)}") from None
         return result
 
     def port_attributes(self, path: str, value: Any, operator: str,
@@ -193,7 +188,7 @@ class _Builder:
             elif port in outputs:
                 scope = Scope.OUTPUT_PORT
             else:
-                raise self.error(path, _no_port(operator, port, cls))
+                raise self.error(path, no_port(operator, port, cls))
             result[port] = self.attributes(f"{path}.{port}", item, scope)
         return result
 
@@ -208,7 +203,7 @@ class _Builder:
     def stream(self, name: Any, data: Any, operators: dict[str, OperatorSpec],
                sources: dict[PortRef, str], sinks: dict[PortRef, str]) -> StreamSpec:
         if not isinstance(name, str) or not _NAME_RE.match(name):
-            raise self.error("streams", f"invalid stream name {_show(name)} ({_NAME_RULE})")
+            raise self.error("streams", f"invalid stream name {show(name)} ({_NAME_RULE})")
         self.check_length("streams", "stream name", name)
         path = f"streams.{name}"
         if not isinstance(data, dict):
@@ -229,7 +224,7 @@ class _Builder:
             targets = [targets]
         if not isinstance(targets, list) or not targets:
             raise self.error(f"{path}.to", f"expected a non-empty list of 'operator.port', "
-                                           f"got {_show(data['to'])}")
+                                           f"got {show(data['to'])}")
         refs: list[PortRef] = []
         for target in targets:
             sink = self.port_ref(f"{path}.to", target, operators, output=False)
@@ -244,13 +239,13 @@ class _Builder:
             if not isinstance(locality, str) or locality.strip().upper() not in LOCALITIES:
                 raise self.error(f"{path}.locality",
                                  f"expected one of {', '.join(LOCALITIES)} (or leave it out), "
-                                 f"got {_show(locality)}")
+                                 f"got {show(locality)}")
             locality = locality.strip().upper()
         codec = data.get("codec")
         if codec is not None:
             if not isinstance(codec, str) or codec.strip().lower() not in CODECS:
                 raise self.error(f"{path}.codec", f"expected one of {', '.join(CODECS)} "
-                                                  f"(or leave it out), got {_show(codec)}")
+                                                  f"(or leave it out), got {show(codec)}")
             codec = codec.strip().lower()
         return StreamSpec(name=name, source=source, sinks=refs, locality=locality, codec=codec)
 
@@ -266,7 +261,7 @@ class _Builder:
         cls = self.classes[ref.operator]
         inputs, outputs = input_ports(cls), output_ports(cls)
         if ref.port not in inputs and ref.port not in outputs:
-            raise self.error(path, _no_port(ref.operator, ref.port, cls))
+            raise self.error(path, no_port(ref.operator, ref.port, cls))
         if output and ref.port not in outputs:
             raise self.error(path, f"'{ref}' is an input port; 'from' takes an output port "
                                    f"({_port_list(ref.operator, outputs, 'output')})")
@@ -276,7 +271,7 @@ class _Builder:
         return ref
 
     # -- the whole graph ---------------------------------------------------
-    def check_graph(self, spec: AppSpec) -> None:
+    def check_graph(self, spec: SpecGraph) -> None:
         cycle = _find_cycle(spec)
         if cycle:
             raise self.error("streams", f"the streams form a cycle: {' -> '.join(cycle)} "
@@ -296,7 +291,7 @@ class _Builder:
                                  f"{'it' if one else 'them'} InputPort(optional=True))")
             if not connected and not issubclass(cls, InputOperator):
                 raise self.error(f"operators.{name}",
-                                 f"no stream feeds {name!r} and {_class_ref(cls)} is not an "
+                                 f"no stream feeds {name!r} and {class_ref(cls)} is not an "
                                  f"InputOperator, so nothing would start its windows "
                                  f"(connect one of its input ports, or make it an "
                                  f"InputOperator)")
@@ -315,7 +310,7 @@ class _Builder:
                         f"locality or give both the same partitions)")
 
 
-def _find_cycle(spec: AppSpec) -> list[str]:
+def _find_cycle(spec: SpecGraph) -> list[str]:
     """Operator names along one cycle, first repeated at the end; [] when there is none."""
     WHITE, GREY, BLACK = 0, 1, 2
     color = dict.fromkeys(spec.operators, WHITE)
@@ -345,8 +340,8 @@ def _find_cycle(spec: AppSpec) -> list[str]:
 
 # ----------------------------------------------------------------------- messages
 
-def _no_port(operator: str, port: Any, cls: type) -> str:
-    return (f"operator {operator!r} has no port {_show(port)} "
+def no_port(operator: str, port: Any, cls: type) -> str:
+    return (f"operator {operator!r} has no port {show(port)} "
             f"({_port_list(operator, input_ports(cls), 'input')}; "
             f"{_port_list(operator, output_ports(cls), 'output')})")
 
@@ -368,7 +363,7 @@ def _kind(value: Any) -> str:
     if isinstance(value, (int, float)):
         return f"the number {value!r}"
     if isinstance(value, str):
-        return f"the string {_show(value)}"
+        return f"the string {show(value)}"
     if isinstance(value, list):
         return "a list"
     if isinstance(value, dict):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from appmaster.errors import UserError
+from stram.common.errors import UserError
 
 __all__ = ["SpecError"]
 

@@ -8,9 +8,9 @@ import sys
 import threading
 from typing import Any
 
-from appmaster.attributes import _show
-from container.operator import Operator
-from container.refs import ReferenceLoadError, load_reference
+from stram.common.attributes import show
+from stram.common.imports import ReferenceLoadError, load_reference
+from stram.operator import Operator
 
 __all__ = ["load_operator_class"]
 
@@ -25,11 +25,11 @@ def load_operator_class(class_name: str) -> type[Operator]:
         ImportError), no such class (listing the operators the module has), or
         not an Operator subclass.
     """
-    obj = _resolve(class_name, "Class")
+    obj = resolve(class_name, "Class")
     if not isinstance(obj, type):
         raise ValueError(f"{class_name!r} is not a class")
     if not issubclass(obj, Operator):
-        raise ValueError(f"{class_name!r} is not a subclass of container.operator.Operator")
+        raise ValueError(f"{class_name!r} is not a subclass of stram.operator.Operator")
     return obj
 
 
@@ -42,21 +42,41 @@ def _operators_hint(module: Any, name: str) -> str:
     return f" (operators there: {', '.join(found)})" if found else ""
 
 
-def _resolve(ref: str, what: str) -> Any:
+def resolve(ref: str, what: str) -> Any:
     """Import ``"module:attr.path"``; ``what`` names the object in messages."""
     if not isinstance(ref, str):
-        raise ValueError(f"expected 'module:{what}', got {_show(ref)}")
+        raise ValueError(f"expected 'module:{what}', got {show(ref)}")
+    _refuse_old_name(ref)
     _probe_import(ref.partition(":")[0])
     try:
         return load_reference(ref, what, hint=_operators_hint if what == "Class" else None)
     except ReferenceLoadError as exc:
         if exc.module is None:
-            raise ValueError(f"expected 'module:{what}', got {_show(ref)}") from None
+            raise ValueError(f"expected 'module:{what}', got {show(ref)}") from None
         raise ValueError(str(exc)) from None
 
 
-#: stram's own packages: trusted, never probed.
-_OWN = ("appmaster", "container", "proto", "scripts")
+#: Where the built-ins were before stram became one package: a spec naming one is told the new name.
+_RENAMED = {
+    "container.operators": "stram.operators",
+    "container.connectors": "stram.connectors",
+    "container.receivers": "stram.receivers",
+    "container.spark": "stram.spark",
+    "container.operator": "stram",
+}
+
+
+def _refuse_old_name(ref: str) -> None:
+    """A ValueError naming the new name of a reference to a built-in's old module."""
+    module, _, attr = ref.partition(":")
+    for old, new in _RENAMED.items():
+        if module == old or module.startswith(old + "."):
+            raise ValueError(f"{ref!r} is a name from before stram's one package; "
+                             f"use '{new}{module[len(old):]}:{attr}'")
+
+
+#: stram's own package: trusted, never probed.
+_OWN = ("stram",)
 
 
 def _probe_import(module_name: str) -> None:
@@ -66,7 +86,7 @@ def _probe_import(module_name: str) -> None:
     Cheap (a fork, then the import) and done once per module and process; skipped
     for stram's own modules, modules already imported, without ``fork`` and when
     other threads run (forking them is unsafe). ``sys.exit`` is caught in-process
-    by :func:`container.refs.load_reference`.
+    by :func:`stram.common.imports.load_reference`.
     """
     if not module_name or module_name in sys.modules or module_name.split(".")[0] in _OWN \
             or not hasattr(os, "fork") or threading.active_count() > 1:
@@ -91,12 +111,12 @@ def _probe_import(module_name: str) -> None:
                          f"used in a spec must not exit on import")
 
 
-def _class_ref(cls: type) -> str:
+def class_ref(cls: type) -> str:
     """``"module:Class"`` naming a class, by its package when the package exports it.
 
     A class defined in a module of a package and exported by the package
-    (``container.spark.pipeline.SparkPipeline``) is named as specs name it
-    (``container.spark:SparkPipeline``).
+    (``stram.spark.pipeline.SparkPipeline``) is named as specs name it
+    (``stram.spark:SparkPipeline``).
     """
     parts = cls.__module__.split(".")
     for i in range(len(parts) - 1, 0, -1):

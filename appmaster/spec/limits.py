@@ -1,7 +1,7 @@
 """The size limits of an application, in one place: partitions per operator and name lengths.
 
-The spec checks (:mod:`appmaster.spec.build`) and ``stram scale``
-(:mod:`appmaster.scaling`) both read them; README's spec section documents them.
+The spec checks (:mod:`stram.master.spec.build`) and ``stram scale``
+(:mod:`stram.master.core.scaling`) both read them; README's spec section documents them.
 """
 
 from __future__ import annotations

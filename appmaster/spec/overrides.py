@@ -3,25 +3,23 @@
 from __future__ import annotations
 
 import typing
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
-from appmaster import attributes as attrs
-from appmaster.spec.build import _OPERATOR_KEYS, _no_port
-from appmaster.spec.errors import SpecError
-from appmaster.spec.proptypes import _is_union
-from container.operator import input_ports, operator_properties, output_ports
+from stram.common import attributes as attrs
+from stram.master.spec.build import OPERATOR_KEYS, no_port
+from stram.master.spec.errors import SpecError
+from stram.master.spec.parts import SpecGraph
+from stram.master.spec.proptypes import is_union
+from stram.operator import input_ports, operator_properties, output_ports
 
-if TYPE_CHECKING:
-    from appmaster.spec.appspec import AppSpec
-
-_RESERVED_OPERATOR_KEYS = frozenset(_OPERATOR_KEYS)
+_RESERVED_OPERATOR_KEYS = frozenset(OPERATOR_KEYS)
 _OVERRIDE_FORMS = ("NAME=VALUE for a DAG attribute, operators.<op>.<property>=VALUE, "
                    "operators.<op>.attributes.<ATTR>=VALUE or operators.<op>.partitions=N")
 
 
-def _apply_override(spec: AppSpec, data: dict[str, Any], item: str) -> tuple[str, str]:
+def apply_override(spec: SpecGraph, data: dict[str, Any], item: str) -> tuple[str, str]:
     """Apply one ``-D`` override to ``data`` (``spec.to_dict()``).
 
     Returns the key path it set and its ``-D`` label.
@@ -59,7 +57,7 @@ def _apply_override(spec: AppSpec, data: dict[str, Any], item: str) -> tuple[str
             port, name = rest[1], _canonical_or_same(rest[2])
             cls = spec.operators[op].load_class()
             if port not in input_ports(cls) and port not in output_ports(cls):
-                raise SpecError(spec.source, label, _no_port(op, port, cls))
+                raise SpecError(spec.source, label, no_port(op, port, cls))
             entry.setdefault("port_attributes", {}).setdefault(port, {})[name] = raw
             return f"operators.{op}.port_attributes.{port}.{name}", label
         if len(rest) == 2 and rest[0] == "properties":
@@ -100,7 +98,7 @@ def _property_value(source: str, label: str, raw: str, hint: Any) -> Any:
     """A property's ``-D`` value: raw text for ``str`` properties, else YAML."""
     if hint is str:
         return raw
-    arms = typing.get_args(hint) if _is_union(hint) else ()
+    arms = typing.get_args(hint) if is_union(hint) else ()
     if arms and set(arms) == {str, type(None)}:
         return None if raw.strip() in ("null", "~") else raw
     return _yaml_value(source, label, raw)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import copy
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from appmaster.attributes import _show
-from appmaster.spec.imports import load_operator_class
-from container.operator import Operator
+from stram.common.attributes import show
+from stram.master.spec.imports import load_operator_class
+from stram.operator import Operator
 
 __all__ = ["PortRef", "OperatorSpec", "StreamSpec", "LOCALITIES", "INLINE_LOCALITIES", "CODECS"]
 
@@ -41,7 +41,7 @@ class PortRef:
         """
         match = _PORT_REF_RE.match(text) if isinstance(text, str) else None
         if not match:
-            raise ValueError(f"expected 'operator.port', got {_show(text)}")
+            raise ValueError(f"expected 'operator.port', got {show(text)}")
         return cls(match.group(1), match.group(2))
 
     def __str__(self) -> str:
@@ -53,7 +53,7 @@ class OperatorSpec:
     """A logical operator: its class, properties, partition count and attributes."""
 
     name: str
-    #: ``"module:Class"`` of an :class:`~container.operator.Operator` subclass.
+    #: ``"module:Class"`` of an :class:`~stram.operator.Operator` subclass.
     class_name: str
     #: Explicitly set properties, already checked against the class's annotations.
     properties: dict[str, Any] = field(default_factory=dict)
@@ -84,13 +84,13 @@ class OperatorSpec:
         """The operator's entry in a spec (keys left out when at their defaults)."""
         out: dict[str, Any] = {"class": self.class_name}
         if self.properties:
-            out["properties"] = _plain(self.properties)
+            out["properties"] = plain_data(self.properties)
         if self.partitions != 1:
             out["partitions"] = self.partitions
         if self.attributes:
-            out["attributes"] = _plain(self.attributes)
+            out["attributes"] = plain_data(self.attributes)
         if self.port_attributes:
-            out["port_attributes"] = _plain(self.port_attributes)
+            out["port_attributes"] = plain_data(self.port_attributes)
         return out
 
 
@@ -116,10 +116,25 @@ class StreamSpec:
         return out
 
 
-def _plain(value: Any) -> Any:
+class SpecGraph(Protocol):
+    """What the graph checks and ``-D`` overrides read of a spec (:class:`~.appspec.AppSpec` is one),
+    so that they need not import the class that calls them."""
+
+    operators: dict[str, OperatorSpec]
+    streams: dict[str, StreamSpec]
+    source: str
+
+    def downstream(self, operator: str) -> list[str]: ...
+
+    def input_streams(self, operator: str) -> dict[str, StreamSpec]: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+def plain_data(value: Any) -> Any:
     """A deep copy with tuples turned into lists (plain YAML data)."""
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: plain_data(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain_data(v) for v in value]
     return copy.deepcopy(value)

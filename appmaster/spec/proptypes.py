@@ -7,7 +7,7 @@ import typing
 from typing import Any
 
 
-class _Mismatch(Exception):
+class Mismatch(Exception):
     """A value does not fit a type hint; ``expected`` describes the hint."""
 
     def __init__(self, expected: str) -> None:
@@ -15,7 +15,7 @@ class _Mismatch(Exception):
         self.expected = expected
 
 
-def _is_union(hint: Any) -> bool:
+def is_union(hint: Any) -> bool:
     return typing.get_origin(hint) is typing.Union or isinstance(hint, types.UnionType)
 
 
@@ -23,7 +23,7 @@ def _type_name(hint: Any) -> str:
     """``int``, ``float``, ``int or null``, ``list[str]``, ``dict[str, int]``…"""
     if hint is type(None):
         return "null"
-    if _is_union(hint):
+    if is_union(hint):
         return " or ".join(_type_name(a) for a in typing.get_args(hint))
     origin = typing.get_origin(hint)
     if origin is typing.Literal:
@@ -35,14 +35,14 @@ def _type_name(hint: Any) -> str:
     return getattr(hint, "__name__", str(hint))
 
 
-def _conform(value: Any, hint: Any) -> Any:
+def conform(value: Any, hint: Any) -> Any:
     """``value`` checked against a property's type hint (ints become floats for ``float``).
 
     Unannotated, ``Any`` and unresolvable (string) hints accept anything.
 
     Raises
     ------
-    _Mismatch
+    Mismatch
         The value does not fit.
     """
     if hint is None or hint is Any or isinstance(hint, (str, typing.ForwardRef)) \
@@ -51,69 +51,69 @@ def _conform(value: Any, hint: Any) -> Any:
     if hint is type(None):
         if value is None:
             return None
-        raise _Mismatch("null")
-    if _is_union(hint):
+        raise Mismatch("null")
+    if is_union(hint):
         for arm in typing.get_args(hint):
             try:
-                return _conform(value, arm)
-            except _Mismatch:
+                return conform(value, arm)
+            except Mismatch:
                 pass
-        raise _Mismatch(_type_name(hint))
+        raise Mismatch(_type_name(hint))
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin is typing.Literal:
         if value in args:
             return value
-        raise _Mismatch(_type_name(hint))
+        raise Mismatch(_type_name(hint))
     if hint is bool:
         if isinstance(value, bool):
             return value
-        raise _Mismatch("bool")
+        raise Mismatch("bool")
     if hint is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        raise _Mismatch("int")
+        raise Mismatch("int")
     if hint is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
-        raise _Mismatch("float")
+        raise Mismatch("float")
     if hint is str:
         if isinstance(value, str):
             return value
-        raise _Mismatch("str (quote it)" if isinstance(value, (int, float, bool)) else "str")
+        raise Mismatch("str (quote it)" if isinstance(value, (int, float, bool)) else "str")
     if hint is list or origin is list:
         if not isinstance(value, list):
-            raise _Mismatch(_type_name(hint))
+            raise Mismatch(_type_name(hint))
         if not args:
             return value
         try:
-            return [_conform(v, args[0]) for v in value]
-        except _Mismatch:
-            raise _Mismatch(_type_name(hint)) from None
+            return [conform(v, args[0]) for v in value]
+        except Mismatch:
+            raise Mismatch(_type_name(hint)) from None
     if hint is tuple or origin is tuple:
         if not isinstance(value, (list, tuple)):
-            raise _Mismatch(_type_name(hint))
+            raise Mismatch(_type_name(hint))
         try:
             if len(args) == 2 and args[1] is Ellipsis:
-                return tuple(_conform(v, args[0]) for v in value)
+                return tuple(conform(v, args[0]) for v in value)
             if args:
                 if len(args) != len(value):
-                    raise _Mismatch(_type_name(hint))
-                return tuple(_conform(v, a) for v, a in zip(value, args))
-        except _Mismatch:
-            raise _Mismatch(_type_name(hint)) from None
+                    raise Mismatch(_type_name(hint))
+                return tuple(conform(v, a) for v, a in zip(value, args))
+        except Mismatch:
+            raise Mismatch(_type_name(hint)) from None
         return tuple(value)
     if hint is dict or origin is dict:
         if not isinstance(value, dict):
-            raise _Mismatch(_type_name(hint))
+            raise Mismatch(_type_name(hint))
         if not args:
             return value
         try:
-            return {_conform(k, args[0]): _conform(v, args[1]) for k, v in value.items()}
-        except _Mismatch:
-            raise _Mismatch(_type_name(hint)) from None
+            return {conform(k, args[0]): conform(v, args[1]) for k, v in value.items()}
+        except Mismatch:
+            raise Mismatch(_type_name(hint)) from None
     if isinstance(hint, type):
         if isinstance(value, hint):
             return value
-        raise _Mismatch(_type_name(hint))
+        raise Mismatch(_type_name(hint))
     return value  # typing constructs we do not check

@@ -6,7 +6,7 @@ from typing import Any
 
 import yaml
 
-from appmaster.spec.errors import SpecError
+from stram.master.spec.errors import SpecError
 
 __all__ = ["load_yaml", "dump_yaml"]
 

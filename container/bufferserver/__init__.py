@@ -22,13 +22,11 @@ across reconnects. The package is split by what runs where:
 The names below are the public API; import them from here.
 """
 
-from container.bufferserver.client import RemotePublisher, Subscriber, purge, reset
-from container.bufferserver.protocol import (
-    FIRST_WINDOW, MAX_FRAME, BufferServerError, MessageType, ProtocolError, encode_publish,
-    encode_purge, encode_reset, encode_subscribe,
-)
-from container.bufferserver.server import BufferServer
-from container.bufferserver.store import Publisher
+from stram.agent.bufferserver.client import RemotePublisher, Subscriber, purge, reset
+from stram.agent.bufferserver.protocol import (FIRST_WINDOW, MAX_FRAME, BufferServerError, MessageType, ProtocolError,
+                                               encode_publish, encode_purge, encode_reset, encode_subscribe)
+from stram.agent.bufferserver.server import BufferServer
+from stram.agent.bufferserver.store import Publisher
 
 __all__ = [
     "MessageType", "BufferServer", "Publisher", "RemotePublisher", "Subscriber",

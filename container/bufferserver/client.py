@@ -1,9 +1,9 @@
 """Buffer-server clients: the remote publisher, the subscriber, and the PURGE/RESET calls.
 
 They run in whatever process reads or writes a stream over TCP, each on its
-own connection speaking :mod:`container.bufferserver.protocol`: a downstream
+own connection speaking :mod:`stram.agent.bufferserver.protocol`: a downstream
 container's agent and a Spark task read with :class:`Subscriber`; agents
-publish in-process (:class:`~container.bufferserver.store.Publisher`), so
+publish in-process (:class:`~stram.agent.bufferserver.store.Publisher`), so
 :class:`RemotePublisher`, :func:`purge` and :func:`reset` serve tools,
 benchmarks and tests.
 """
@@ -17,23 +17,22 @@ import ssl
 import threading
 from typing import Any, Callable, Iterable, Iterator
 
-from container.bufferserver.connection import _FrameReader, _send_buffers, _shutdown
-from container.bufferserver.protocol import (
-    _BEGIN, _CHECKPOINT, _CTRL, _END, _END_STREAM, _END_STREAM_FRAME, _I64, _PAYLOAD, _PAYLOAD_HDR,
-    _RESET_WINDOW, _TYPE_OF, _U32, MAX_FRAME, BufferServerError, MessageType, ProtocolError,
-    _as_token, encode_publish, encode_purge, encode_reset, encode_subscribe,
-)
-from container.tls import SERVER_NAME
+from stram.agent.bufferserver.connection import FrameReader, send_buffers, shutdown
+from stram.agent.bufferserver.protocol import (BEGIN, CHECKPOINT, CTRL, END, END_STREAM, END_STREAM_FRAME, I64,
+                                               MAX_FRAME, PAYLOAD, PAYLOAD_HDR, RESET_WINDOW, TYPE_OF, U32,
+                                               BufferServerError, MessageType, ProtocolError, as_token, encode_publish,
+                                               encode_purge, encode_reset, encode_subscribe)
+from stram.common.tls import SERVER_NAME
 
 __all__ = ["RemotePublisher", "Subscriber", "purge", "reset"]
 
 #: One logger for the whole package, under the name it always had.
-log = logging.getLogger("container.bufferserver")
+log = logging.getLogger("stram.agent.bufferserver")
 
 
 def _connect(host: str, port: int, timeout: float, ssl_context: ssl.SSLContext | None = None) -> socket.socket:
     """A connected socket; with ``ssl_context``, TLS to a server that proves it is the application's
-    (:mod:`container.tls`). A server that cannot is refused: :class:`BufferServerError`, not retried."""
+    (:mod:`stram.common.tls`). A server that cannot is refused: :class:`BufferServerError`, not retried."""
     sock = socket.create_connection((host, port), timeout=timeout)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     if ssl_context is None:
@@ -49,7 +48,7 @@ def _connect(host: str, port: int, timeout: float, ssl_context: ssl.SSLContext |
         raise
 
 
-def _expect_ok(reader: _FrameReader, what: str) -> bytes:
+def _expect_ok(reader: FrameReader, what: str) -> bytes:
     body = reader.read_frame()
     if body is None:
         raise BufferServerError(f"{what}: connection closed by the buffer server")
@@ -64,7 +63,7 @@ def _request(host: str, port: int, frame: bytes, what: str, timeout: float,
              ssl_context: ssl.SSLContext | None = None) -> bytes:
     with _connect(host, port, timeout, ssl_context) as sock:
         sock.sendall(frame)
-        return _expect_ok(_FrameReader(sock, MAX_FRAME, size=4096), what)
+        return _expect_ok(FrameReader(sock, MAX_FRAME, size=4096), what)
 
 
 def purge(host: str, port: int, token: bytes | str, publisher_id: str, window: int,
@@ -76,14 +75,14 @@ def purge(host: str, port: int, token: bytes | str, publisher_id: str, window: i
     BufferServerError
         When the server rejects the request.
     """
-    _request(host, port, encode_purge(_as_token(token), publisher_id, window),
+    _request(host, port, encode_purge(as_token(token), publisher_id, window),
              f"purge {publisher_id!r}", timeout, ssl_context)
 
 
 def reset(host: str, port: int, token: bytes | str, publisher_id: str, timeout: float = 10.0,
           ssl_context: ssl.SSLContext | None = None) -> None:
     """Ask a buffer server to drop all data of ``publisher_id`` and disconnect its clients."""
-    _request(host, port, encode_reset(_as_token(token), publisher_id), f"reset {publisher_id!r}", timeout,
+    _request(host, port, encode_reset(as_token(token), publisher_id), f"reset {publisher_id!r}", timeout,
              ssl_context)
 
 
@@ -106,7 +105,7 @@ class RemotePublisher:
     flush_bytes : int
         Pending bytes that trigger a send.
     ssl_context : ssl.SSLContext, optional
-        TLS to the server (:func:`container.tls.client_context`); None: plain TCP.
+        TLS to the server (:func:`stram.common.tls.client_context`); None: plain TCP.
     """
 
     def __init__(self, host: str, port: int, token: bytes | str, publisher_id: str, from_window: int,
@@ -118,22 +117,22 @@ class RemotePublisher:
         self._pending_bytes = 0
         self._sock = _connect(host, port, connect_timeout, ssl_context)
         try:
-            self._sock.sendall(encode_publish(_as_token(token), publisher_id, from_window))
-            _expect_ok(_FrameReader(self._sock, MAX_FRAME, size=4096), f"publish {publisher_id!r}")
+            self._sock.sendall(encode_publish(as_token(token), publisher_id, from_window))
+            _expect_ok(FrameReader(self._sock, MAX_FRAME, size=4096), f"publish {publisher_id!r}")
         except BaseException:
             self._sock.close()
             raise
         self._sock.settimeout(None)
 
     def _ctrl(self, mtype: int, window_id: int, flush: bool) -> None:
-        self._pending.append(_CTRL.pack(9, mtype, window_id))
+        self._pending.append(CTRL.pack(9, mtype, window_id))
         self._pending_bytes += 13
         if flush or self._pending_bytes >= self.flush_bytes:
             self.flush()
 
     def begin_window(self, window_id: int) -> None:
         """Start window ``window_id``."""
-        self._ctrl(_BEGIN, window_id, False)
+        self._ctrl(BEGIN, window_id, False)
 
     def payload(self, tag: int, data: bytes | tuple) -> None:
         """Append one encoded batch with partition tag ``tag``: bytes, or its pieces in order."""
@@ -141,7 +140,7 @@ class RemotePublisher:
         size = sum(map(len, pieces))
         if size + 5 > self.max_frame:
             raise ValueError(f"payload of {size} bytes exceeds the frame limit of {self.max_frame}")
-        self._pending.append(_PAYLOAD_HDR.pack(size + 5, _PAYLOAD, tag))
+        self._pending.append(PAYLOAD_HDR.pack(size + 5, PAYLOAD, tag))
         self._pending += pieces
         self._pending_bytes += size + 9
         if self._pending_bytes >= self.flush_bytes:
@@ -149,20 +148,20 @@ class RemotePublisher:
 
     def end_window(self, window_id: int) -> None:
         """End window ``window_id`` and send what is pending."""
-        self._ctrl(_END, window_id, True)
+        self._ctrl(END, window_id, True)
 
     def checkpoint(self, window_id: int) -> None:
         """Append a CHECKPOINT marker and send what is pending."""
-        self._ctrl(_CHECKPOINT, window_id, True)
+        self._ctrl(CHECKPOINT, window_id, True)
 
     def reset_window(self, window_id: int) -> None:
         """Append a RESET_WINDOW marker."""
-        self._ctrl(_RESET_WINDOW, window_id, False)
+        self._ctrl(RESET_WINDOW, window_id, False)
 
     def end_stream(self) -> None:
         """Append END_STREAM and send what is pending."""
-        self._pending.append(_END_STREAM_FRAME)
-        self._pending_bytes += len(_END_STREAM_FRAME)
+        self._pending.append(END_STREAM_FRAME)
+        self._pending_bytes += len(END_STREAM_FRAME)
         self.flush()
 
     def flush(self) -> None:
@@ -171,7 +170,7 @@ class RemotePublisher:
             return
         pending, self._pending, self._pending_bytes = self._pending, [], 0
         try:
-            _send_buffers(self._sock, pending)
+            send_buffers(self._sock, pending)
         except OSError as e:
             raise BufferServerError(f"publisher {self.publisher_id!r}: connection lost: {e}") from e
 
@@ -232,13 +231,13 @@ class Subscriber:
     subscriber_id : str
         Name in the server's logs.
     ssl_context : ssl.SSLContext, optional
-        TLS to the server (:func:`container.tls.client_context`); None: plain TCP.
+        TLS to the server (:func:`stram.common.tls.client_context`); None: plain TCP.
     alloc : callable, optional
         ``alloc(n)``: a writable buffer of ``n`` bytes. Given, a payload frame of
-        :data:`~container.bufferserver.connection.BIG_FRAME` bytes or more is received
+        :data:`~stram.agent.bufferserver.connection.BIG_FRAME` bytes or more is received
         into one of its own and delivered as a ``memoryview`` of it, not copied out of the
         shared receive buffer: for a codec whose decoded tuples point into the payload
-        (:meth:`container.codec.Codec.receive_buffer`). None: every payload is ``bytes``.
+        (:meth:`stram.agent.engine.codec.Codec.receive_buffer`). None: every payload is ``bytes``.
     """
 
     def __init__(self, host: str, port: int, token: bytes | str, publisher_id: str, from_window: int,
@@ -247,7 +246,7 @@ class Subscriber:
                  connect_timeout: float = 10.0, max_frame: int = MAX_FRAME,
                  ssl_context: ssl.SSLContext | None = None, alloc: Callable[[int], Any] | None = None) -> None:
         self.alloc = alloc
-        self.host, self.port, self.token = host, port, _as_token(token)
+        self.host, self.port, self.token = host, port, as_token(token)
         self.ssl_context = ssl_context
         self.publisher_id, self.from_window = publisher_id, from_window
         self.mask, self.keys = mask, tuple(keys)
@@ -260,7 +259,7 @@ class Subscriber:
         #: Messages received again after a reconnect and dropped (already delivered).
         self.skipped = 0
         self._sock: socket.socket | None = None
-        self._reader: _FrameReader | None = None
+        self._reader: FrameReader | None = None
         self._resume_from = from_window   # window to subscribe from on reconnect
         self._count = 0                   # messages delivered since the current unit began
         self._skip = 0                    # messages to drop after a reconnect
@@ -277,7 +276,7 @@ class Subscriber:
         try:
             sock.sendall(encode_subscribe(self.token, self.publisher_id, self._resume_from,
                                           self.mask, self.keys, self.subscriber_id))
-            reader = _FrameReader(sock, self.max_frame, alloc=self.alloc)
+            reader = FrameReader(sock, self.max_frame, alloc=self.alloc)
             _expect_ok(reader, f"subscribe {self.publisher_id!r}")
         except BaseException:
             sock.close()
@@ -295,7 +294,7 @@ class Subscriber:
         if self._sock is not None:
             if self._reader is not None:
                 self._bytes_done += self._reader.bytes_received
-            _shutdown(self._sock)
+            shutdown(self._sock)
             self._sock.close()
             self._sock = self._reader = None
 
@@ -349,9 +348,9 @@ class Subscriber:
                            else "closed by the server")
         return None
 
-    def _parse(self, reader: _FrameReader) -> list[Message]:
+    def _parse(self, reader: FrameReader) -> list[Message]:
         out: list[Message] = []
-        unpack_i64, unpack_u32 = _I64.unpack_from, _U32.unpack_from
+        unpack_i64, unpack_u32 = I64.unpack_from, U32.unpack_from
         big = reader.take_big()  # a big payload: handed on in its own buffer, not copied
         buf, view = reader.buf, reader.view
         frames = [(buf, view, s, e) for s, e in reader.parse()]
@@ -359,15 +358,15 @@ class Subscriber:
             frames.insert(0, (big, big, 0, len(big)))
         for buf, view, s, e in frames:
             t = buf[s + 4]
-            if t == _PAYLOAD:
-                msg = (_PAYLOAD, (unpack_u32(buf, s + 5)[0],
+            if t == PAYLOAD:
+                msg = (PAYLOAD, (unpack_u32(buf, s + 5)[0],
                                   view[9:] if buf is big else bytes(view[s + 9:e])))
-            elif t == _END:
-                msg = (_END, unpack_i64(buf, s + 5)[0])
-            elif t == _BEGIN or t == _CHECKPOINT or t == _RESET_WINDOW:
-                msg = (_TYPE_OF[t], unpack_i64(buf, s + 5)[0])
-            elif t == _END_STREAM:
-                msg = (_END_STREAM, None)
+            elif t == END:
+                msg = (END, unpack_i64(buf, s + 5)[0])
+            elif t == BEGIN or t == CHECKPOINT or t == RESET_WINDOW:
+                msg = (TYPE_OF[t], unpack_i64(buf, s + 5)[0])
+            elif t == END_STREAM:
+                msg = (END_STREAM, None)
             elif t == MessageType.ERROR:   # raised after the messages before it are delivered
                 reason = bytes(view[s + 5:e]).decode(errors="replace")
                 self._deferred = BufferServerError(f"subscriber {self.publisher_id!r}: {reason}")
@@ -379,13 +378,13 @@ class Subscriber:
                 self._skip -= 1
                 self.skipped += 1
                 continue
-            if t == _END:
+            if t == END:
                 self._resume_from, self._count = msg[1] + 1, 0
             else:
                 self._count += 1
-                if t == _BEGIN:
+                if t == BEGIN:
                     self._resume_from = msg[1]
-                elif t == _END_STREAM:
+                elif t == END_STREAM:
                     self._ended = True
                     out.append(msg)
                     self._drop()
@@ -417,7 +416,7 @@ class Subscriber:
         """Stop: shut down and close the connection; a blocked :meth:`messages` or :meth:`poll` returns."""
         self._closed.set()
         sock = self._sock
-        _shutdown(sock)
+        shutdown(sock)
         if sock is not None:
             sock.close()
 

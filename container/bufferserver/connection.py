@@ -1,8 +1,8 @@
 """Frame I/O on a buffer-server TCP connection, shared by the server and the clients.
 
-:class:`_FrameReader` receives into one reusable buffer and cuts it into
-frames without copying; :func:`_send_buffers` sends many buffers with few
-``sendmsg`` calls; :func:`_shutdown` wakes whoever is blocked on a socket.
+:class:`FrameReader` receives into one reusable buffer and cuts it into
+frames without copying; :func:`send_buffers` sends many buffers with few
+``sendmsg`` calls; :func:`shutdown` wakes whoever is blocked on a socket.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import socket
 import ssl
 from typing import Any, Callable
 
-from container.bufferserver.protocol import _LEN, ProtocolError
+from stram.agent.bufferserver.protocol import LEN, ProtocolError
 
 _IOV_MAX = 1024                        # buffers per sendmsg (Linux IOV_MAX)
 _RECV_SIZE = 1 << 20
@@ -20,7 +20,7 @@ _RECV_SIZE = 1 << 20
 BIG_FRAME = 256 << 10
 
 
-class _FrameReader:
+class FrameReader:
     """Receives frames with ``recv_into`` into one reusable bytearray.
 
     :meth:`parse` returns ``(start, end)`` offsets of complete frames (length
@@ -63,7 +63,7 @@ class _FrameReader:
         if self._big is not None:
             return self._fill_big()
         avail = self.end - self.start
-        need = 4 if avail < 4 else 4 + _LEN.unpack_from(self.buf, self.start)[0]
+        need = 4 if avail < 4 else 4 + LEN.unpack_from(self.buf, self.start)[0]
         if self.alloc is not None and need >= BIG_FRAME and need - 4 <= self.max_frame:
             # its own buffer: what came of it moves there once, the rest is received in place
             big = self._big = memoryview(self.alloc(need)).cast("B")
@@ -98,7 +98,7 @@ class _FrameReader:
         """Offsets of the complete frames received, at most ``limit`` of them."""
         out: list[tuple[int, int]] = []
         s, e, buf, mx = self.start, self.end, self.buf, self.max_frame
-        unpack = _LEN.unpack_from
+        unpack = LEN.unpack_from
         while e - s >= 4 and len(out) < limit:
             (n,) = unpack(buf, s)
             if n > mx:
@@ -125,7 +125,7 @@ class _FrameReader:
                 return None
 
 
-def _send_buffers(sock: socket.socket, bufs: list) -> None:
+def send_buffers(sock: socket.socket, bufs: list) -> None:
     """Send a list of bytes-like objects with as few syscalls as possible."""
     if len(bufs) == 1:
         sock.sendall(bufs[0])
@@ -148,7 +148,7 @@ def _send_buffers(sock: socket.socket, bufs: list) -> None:
                 break
 
 
-def _shutdown(sock: socket.socket | None) -> None:
+def shutdown(sock: socket.socket | None) -> None:
     if sock is not None:
         try:
             sock.shutdown(socket.SHUT_RDWR)

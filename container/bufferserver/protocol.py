@@ -2,7 +2,7 @@
 
 Only bytes live here (no sockets, no storage): the :class:`MessageType` codes,
 the errors, the ``struct`` layouts and constants of frames, the encoders of the
-four requests and :class:`_Body`, the server's parser of a request frame.
+four requests and :class:`Body`, the server's parser of a request frame.
 
 Wire format
 -----------
@@ -82,34 +82,34 @@ class ProtocolError(BufferServerError):
     """Bytes that break the wire format or a stream's window rules."""
 
 
-_PAYLOAD = MessageType.PAYLOAD
-_BEGIN = MessageType.BEGIN_WINDOW
-_END = MessageType.END_WINDOW
-_END_STREAM = MessageType.END_STREAM
-_CHECKPOINT = MessageType.CHECKPOINT
-_RESET_WINDOW = MessageType.RESET_WINDOW
-_WINDOW_MSGS = frozenset({_BEGIN, _END, _CHECKPOINT, _RESET_WINDOW})
-_REQUESTS = frozenset({MessageType.PUBLISH, MessageType.SUBSCRIBE,
+PAYLOAD = MessageType.PAYLOAD
+BEGIN = MessageType.BEGIN_WINDOW
+END = MessageType.END_WINDOW
+END_STREAM = MessageType.END_STREAM
+CHECKPOINT = MessageType.CHECKPOINT
+RESET_WINDOW = MessageType.RESET_WINDOW
+WINDOW_MSGS = frozenset({BEGIN, END, CHECKPOINT, RESET_WINDOW})
+REQUESTS = frozenset({MessageType.PUBLISH, MessageType.SUBSCRIBE,
                        MessageType.PURGE, MessageType.RESET})
-_KNOWN = frozenset(int(t) for t in MessageType)
+KNOWN = frozenset(int(t) for t in MessageType)
 #: int -> MessageType without an enum call on the hot path.
-_TYPE_OF: list[MessageType | None] = [None] * 256
+TYPE_OF: list[MessageType | None] = [None] * 256
 for _t in MessageType:
-    _TYPE_OF[_t] = _t
+    TYPE_OF[_t] = _t
 
-_LEN = struct.Struct(">I")
-_CTRL = struct.Struct(">IBq")          # window control frame: length 9, type, window id
-_PAYLOAD_HDR = struct.Struct(">IBI")   # length, type, partition tag
+LEN = struct.Struct(">I")
+CTRL = struct.Struct(">IBq")          # window control frame: length 9, type, window id
+PAYLOAD_HDR = struct.Struct(">IBI")   # length, type, partition tag
 _U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
-_I64 = struct.Struct(">q")
-_END_STREAM_FRAME = _LEN.pack(1) + bytes([_END_STREAM])
+U32 = struct.Struct(">I")
+I64 = struct.Struct(">q")
+END_STREAM_FRAME = LEN.pack(1) + bytes([END_STREAM])
 
 
 # --------------------------------------------------------------------------- frames
 
-def _frame(mtype: int, body: bytes = b"") -> bytes:
-    return _LEN.pack(len(body) + 1) + bytes((mtype,)) + body
+def encode_frame(mtype: int, body: bytes = b"") -> bytes:
+    return LEN.pack(len(body) + 1) + bytes((mtype,)) + body
 
 
 def _blob(data: bytes) -> bytes:
@@ -118,35 +118,35 @@ def _blob(data: bytes) -> bytes:
     return _U16.pack(len(data)) + data
 
 
-def _as_token(token: bytes | str) -> bytes:
+def as_token(token: bytes | str) -> bytes:
     return token.encode() if isinstance(token, str) else bytes(token)
 
 
 def encode_publish(token: bytes, publisher_id: str, from_window: int) -> bytes:
     """Frame of a PUBLISH request."""
-    return _frame(MessageType.PUBLISH, _blob(token) + _blob(publisher_id.encode()) + _I64.pack(from_window))
+    return encode_frame(MessageType.PUBLISH, _blob(token) + _blob(publisher_id.encode()) + I64.pack(from_window))
 
 
 def encode_subscribe(token: bytes, publisher_id: str, from_window: int, mask: int,
                      keys: Iterable[int], subscriber_id: str) -> bytes:
     """Frame of a SUBSCRIBE request."""
     keys = list(keys)
-    body = (_blob(token) + _blob(publisher_id.encode()) + _I64.pack(from_window) + _U32.pack(mask)
-            + _U16.pack(len(keys)) + b"".join(_U32.pack(k) for k in keys) + _blob(subscriber_id.encode()))
-    return _frame(MessageType.SUBSCRIBE, body)
+    body = (_blob(token) + _blob(publisher_id.encode()) + I64.pack(from_window) + U32.pack(mask)
+            + _U16.pack(len(keys)) + b"".join(U32.pack(k) for k in keys) + _blob(subscriber_id.encode()))
+    return encode_frame(MessageType.SUBSCRIBE, body)
 
 
 def encode_purge(token: bytes, publisher_id: str, window: int) -> bytes:
     """Frame of a PURGE request."""
-    return _frame(MessageType.PURGE, _blob(token) + _blob(publisher_id.encode()) + _I64.pack(window))
+    return encode_frame(MessageType.PURGE, _blob(token) + _blob(publisher_id.encode()) + I64.pack(window))
 
 
 def encode_reset(token: bytes, publisher_id: str) -> bytes:
     """Frame of a RESET request."""
-    return _frame(MessageType.RESET, _blob(token) + _blob(publisher_id.encode()))
+    return encode_frame(MessageType.RESET, _blob(token) + _blob(publisher_id.encode()))
 
 
-class _Body:
+class Body:
     """Sequential reader of a request body; any overrun is a garbled frame."""
 
     __slots__ = ("data", "pos")
@@ -157,7 +157,7 @@ class _Body:
     def _take(self, n: int) -> bytes:
         end = self.pos + n
         if end > len(self.data):
-            raise ProtocolError(f"garbled {_TYPE_OF[self.data[0]].name} request: truncated body")
+            raise ProtocolError(f"garbled {TYPE_OF[self.data[0]].name} request: truncated body")
         out = self.data[self.pos:end]
         self.pos = end
         return out
@@ -169,18 +169,18 @@ class _Body:
         try:
             return self.blob().decode()
         except UnicodeDecodeError:
-            raise ProtocolError(f"garbled {_TYPE_OF[self.data[0]].name} request: bad UTF-8") from None
+            raise ProtocolError(f"garbled {TYPE_OF[self.data[0]].name} request: bad UTF-8") from None
 
     def i64(self) -> int:
-        return _I64.unpack(self._take(8))[0]
+        return I64.unpack(self._take(8))[0]
 
     def u32(self) -> int:
-        return _U32.unpack(self._take(4))[0]
+        return U32.unpack(self._take(4))[0]
 
     def u16(self) -> int:
         return _U16.unpack(self._take(2))[0]
 
     def done(self) -> None:
         if self.pos != len(self.data):
-            raise ProtocolError(f"garbled {_TYPE_OF[self.data[0]].name} request: "
+            raise ProtocolError(f"garbled {TYPE_OF[self.data[0]].name} request: "
                                 f"{len(self.data) - self.pos} trailing bytes")

@@ -1,7 +1,7 @@
 """The buffer server: a TCP server in front of the per-publisher stores.
 
 :class:`BufferServer` accepts connections, checks each one's request and token,
-then either reads a remote publisher's frames into its :class:`_Stream` or
+then either reads a remote publisher's frames into its :class:`Stream` or
 sends a subscriber its stream from the requested window on. It also serves
 PURGE and RESET requests and offers the same operations in-process
 (:meth:`BufferServer.publisher`, :meth:`~BufferServer.purge`, ...).
@@ -22,19 +22,18 @@ import tempfile
 import threading
 import time
 
-from container.bufferserver.connection import _FrameReader, _send_buffers, _shutdown
-from container.bufferserver.protocol import (
-    _END_STREAM, _END_STREAM_FRAME, _I64, _KNOWN, _PAYLOAD, _REQUESTS, _TYPE_OF, _WINDOW_MSGS,
-    MAX_FRAME, BufferServerError, MessageType, ProtocolError, _as_token, _Body, _frame,
-)
-from container.bufferserver.store import Publisher, _flatten, _Stream, _Sub, _wanted
-from container.logsetup import rate_limit
-from container.secret import scoped_credential
+from stram.agent.bufferserver.connection import FrameReader, send_buffers, shutdown
+from stram.agent.bufferserver.protocol import (END_STREAM, END_STREAM_FRAME, I64, KNOWN, MAX_FRAME, PAYLOAD, REQUESTS,
+                                               TYPE_OF, WINDOW_MSGS, Body, BufferServerError, MessageType,
+                                               ProtocolError, as_token, encode_frame)
+from stram.agent.bufferserver.store import Publisher, Stream, Sub, flatten, wanted
+from stram.common.logsetup import rate_limit
+from stram.common.secret import scoped_credential
 
 __all__ = ["BufferServer"]
 
 #: One logger for the whole package, under the name it always had.
-log = logging.getLogger("container.bufferserver")
+log = logging.getLogger("stram.agent.bufferserver")
 #: A flood of refused or broken connections must not fill the container's disk: a message
 #: (whatever its peer) is written at most 50 times in 10 s, then counted.
 LOG_LIMIT = rate_limit(log, burst=50, interval=10.0)
@@ -67,7 +66,7 @@ def _close_with_error(sock: socket.socket, reason: str) -> None:
     """Best effort: send ERROR, then drop unread input so the close does not reset the peer."""
     try:
         sock.settimeout(0.5)
-        sock.sendall(_frame(MessageType.ERROR, reason.encode()))
+        sock.sendall(encode_frame(MessageType.ERROR, reason.encode()))
         sock.shutdown(socket.SHUT_WR)
         for _ in range(64):
             if not sock.recv(65536, socket.MSG_DONTWAIT):
@@ -91,7 +90,7 @@ class BufferServer:
         The server's key (``bufferServerToken`` of the container's init context): its owner's
         credential, good for every request. A client of anyone else presents a credential
         scoped to its request and publisher id, ``scoped_credential(key, "publish" |
-        "subscribe", publisher id)`` (:mod:`container.secret`), which the master hands out.
+        "subscribe", publisher id)`` (:mod:`stram.common.secret`), which the master hands out.
     host, port : str, int
         Address to bind; port 0 picks a free port.
     memory_limit_mb : float
@@ -101,19 +100,19 @@ class BufferServer:
         in ``payload`` until a purge frees memory.
     lag_limit_mb : float, optional
         Flow control: a publisher waits while a subscriber that is reading is more than this
-        many MiB of its stream behind (:mod:`container.bufferserver.store`). None: never.
+        many MiB of its stream behind (:mod:`stram.agent.bufferserver.store`). None: never.
     max_frame : int
         Largest frame length accepted; a longer length closes the connection.
     handshake_timeout : float
         Seconds a new connection has to send its request (and to finish its TLS handshake).
     ssl_context : ssl.SSLContext, optional
-        Serve TLS (:func:`container.tls.server_context`); None: plain TCP.
+        Serve TLS (:func:`stram.common.tls.server_context`); None: plain TCP.
 
     Notes
     -----
     One thread accepts, one thread serves each connection; idle threads sleep
     on sockets or conditions. A bad connection is closed with a warning on the
-    ``container.bufferserver`` logger and never affects others.
+    ``stram.agent.bufferserver`` logger and never affects others.
     """
 
     def __init__(self, token: bytes | str, host: str = "127.0.0.1", port: int = 0,
@@ -121,7 +120,7 @@ class BufferServer:
                  lag_limit_mb: float | None = None,
                  max_frame: int = MAX_FRAME, handshake_timeout: float = 10.0,
                  ssl_context: ssl.SSLContext | None = None) -> None:
-        self.token = _as_token(token)
+        self.token = as_token(token)
         self.ssl_context = ssl_context
         self.host, self.port = host, port
         self.memory_limit = int(memory_limit_mb * (1 << 20))
@@ -132,7 +131,7 @@ class BufferServer:
         if spool_dir is not None:
             os.makedirs(spool_dir, exist_ok=True)
             self.spool_root = tempfile.mkdtemp(prefix="bufferserver-", dir=spool_dir)
-        self._streams: dict[str, _Stream] = {}
+        self._streams: dict[str, Stream] = {}
         self._lock = threading.Lock()
         self._conns: dict[socket.socket, threading.Thread] = {}
         self._listener: socket.socket | None = None
@@ -170,7 +169,7 @@ class BufferServer:
         """
         self._stopping = True
         if self._listener is not None:
-            _shutdown(self._listener)
+            shutdown(self._listener)
             self._listener.close()
         with self._lock:
             streams = list(self._streams.values())
@@ -179,7 +178,7 @@ class BufferServer:
             with st.cond:
                 st.cond.notify_all()
         for sock in conns:
-            _shutdown(sock)
+            shutdown(sock)
         deadline = time.monotonic() + grace
         for t in [self._accept_thread, *conns.values()]:
             if t is not None and t is not threading.current_thread():
@@ -248,7 +247,7 @@ class BufferServer:
                     sub.kicked = True
                 st.cond.notify_all()
             for sub in subs:
-                _shutdown(sub.sock)
+                shutdown(sub.sock)
             n += len(subs)
         return n
 
@@ -260,11 +259,11 @@ class BufferServer:
             streams = list(self._streams.items())
         return {k: s.stats() for k, s in streams}
 
-    def _stream(self, publisher_id: str) -> _Stream:
+    def _stream(self, publisher_id: str) -> Stream:
         with self._lock:
             stream = self._streams.get(publisher_id)
             if stream is None:
-                stream = self._streams[publisher_id] = _Stream(self, publisher_id)
+                stream = self._streams[publisher_id] = Stream(self, publisher_id)
             return stream
 
     def _stream_dir(self, publisher_id: str) -> str:
@@ -323,7 +322,7 @@ class BufferServer:
             if wrapped is None:
                 return
             sock = wrapped
-        reader = _FrameReader(sock, min(self.max_frame, _MAX_REQUEST), size=64 << 10)
+        reader = FrameReader(sock, min(self.max_frame, _MAX_REQUEST), size=64 << 10)
         try:
             sock.settimeout(self.handshake_timeout)
             try:
@@ -336,20 +335,20 @@ class BufferServer:
             sock.settimeout(None)
             reader.max_frame = self.max_frame
             mtype = body[0]
-            if mtype not in _KNOWN:
+            if mtype not in KNOWN:
                 raise ProtocolError(f"unknown message type {mtype}")
-            if mtype not in _REQUESTS:
-                raise ProtocolError(f"expected a request, got {_TYPE_OF[mtype].name}")
-            req = _Body(body)
+            if mtype not in REQUESTS:
+                raise ProtocolError(f"expected a request, got {TYPE_OF[mtype].name}")
+            req = Body(body)
             try:
                 token = req.blob()
             except ProtocolError:
-                raise ProtocolError(f"missing token in {_TYPE_OF[mtype].name} request") from None
+                raise ProtocolError(f"missing token in {TYPE_OF[mtype].name} request") from None
             if not token:
-                raise ProtocolError(f"missing token in {_TYPE_OF[mtype].name} request")
+                raise ProtocolError(f"missing token in {TYPE_OF[mtype].name} request")
             publisher_id = req.text()
             if not self._authorized(mtype, token, publisher_id):
-                raise ProtocolError(f"wrong token in {_TYPE_OF[mtype].name} request for {publisher_id!r}")
+                raise ProtocolError(f"wrong token in {TYPE_OF[mtype].name} request for {publisher_id!r}")
             if mtype == MessageType.PUBLISH:
                 from_window = req.i64()
                 req.done()
@@ -364,11 +363,11 @@ class BufferServer:
                 window = req.i64()
                 req.done()
                 n = self.purge(publisher_id, window)
-                sock.sendall(_frame(MessageType.OK, f"purged {n} windows".encode()))
+                sock.sendall(encode_frame(MessageType.OK, f"purged {n} windows".encode()))
             else:
                 req.done()
                 self.reset(publisher_id)
-                sock.sendall(_frame(MessageType.OK))
+                sock.sendall(encode_frame(MessageType.OK))
         except ProtocolError as e:
             log.warning("buffer server: closing connection from %s: %s", peer, e)
             _close_with_error(sock, str(e))
@@ -384,15 +383,15 @@ class BufferServer:
                 self._conns.pop(sock, None)
             sock.close()
 
-    def _serve_publisher(self, sock: socket.socket, peer: str, reader: _FrameReader,
+    def _serve_publisher(self, sock: socket.socket, peer: str, reader: FrameReader,
                          publisher_id: str, from_window: int) -> None:
         stream = self._stream(publisher_id)
         gen = stream.attach(from_window, sock)
         log.debug("publisher %r from %s, window %d", publisher_id, peer, from_window)
         try:
-            sock.sendall(_frame(MessageType.OK))
+            sock.sendall(encode_frame(MessageType.OK))
             buf, view = reader.buf, reader.view
-            unpack_i64 = _I64.unpack_from
+            unpack_i64 = I64.unpack_from
             while True:
                 frames = reader.parse()
                 if frames:
@@ -400,20 +399,20 @@ class BufferServer:
                     items = []
                     for s, e in frames:
                         mtype, n = buf[s + 4], e - s - 4
-                        if mtype == _PAYLOAD:
+                        if mtype == PAYLOAD:
                             if n < 5:
                                 raise ProtocolError("garbled PAYLOAD frame: no partition tag")
                             items.append((mtype, bytes(view[s:e]), 0))
-                        elif mtype in _WINDOW_MSGS:
+                        elif mtype in WINDOW_MSGS:
                             if n != 9:
-                                raise ProtocolError(f"garbled {_TYPE_OF[mtype].name} frame: {n} bytes")
+                                raise ProtocolError(f"garbled {TYPE_OF[mtype].name} frame: {n} bytes")
                             items.append((mtype, bytes(view[s:e]), unpack_i64(buf, s + 5)[0]))
-                        elif mtype == _END_STREAM:
+                        elif mtype == END_STREAM:
                             if n != 1:
                                 raise ProtocolError(f"garbled END_STREAM frame: {n} bytes")
-                            items.append((mtype, _END_STREAM_FRAME, 0))
-                        elif mtype in _KNOWN:
-                            raise ProtocolError(f"unexpected {_TYPE_OF[mtype].name} on a publisher connection")
+                            items.append((mtype, END_STREAM_FRAME, 0))
+                        elif mtype in KNOWN:
+                            raise ProtocolError(f"unexpected {TYPE_OF[mtype].name} on a publisher connection")
                         else:
                             raise ProtocolError(f"unknown message type {mtype}")
                     stream.append_many(gen, items)
@@ -431,13 +430,13 @@ class BufferServer:
     def _serve_subscriber(self, sock: socket.socket, peer: str, publisher_id: str, from_window: int,
                           mask: int, keys: frozenset, name: str) -> None:
         stream = self._stream(publisher_id)
-        sub = _Sub(sock, peer, name, from_window, mask, keys)
+        sub = Sub(sock, peer, name, from_window, mask, keys)
         with stream.cond:
             stream.subscribers.add(sub)
         log.debug("subscriber %r from %s to %r from window %d", name, peer, publisher_id, from_window)
         fh = None
         try:
-            sock.sendall(_frame(MessageType.OK))
+            sock.sendall(encode_frame(MessageType.OK))
             while True:
                 with stream.cond:
                     while (item := stream.collect(sub)) is None:
@@ -447,9 +446,9 @@ class BufferServer:
                 kind, value = item
                 if kind == "mem":
                     if mask:
-                        value = [f for f in value if _wanted(f, mask, keys)]
+                        value = [f for f in value if wanted(f, mask, keys)]
                     if value:
-                        _send_buffers(sock, _flatten(value))
+                        send_buffers(sock, flatten(value))
                 elif kind == "file":
                     unit, first, last, offsets = value
                     if fh is None or fh.name != unit.path:
@@ -470,15 +469,15 @@ class BufferServer:
                     data = fh.read(offsets[-1] - start)
                     mv = memoryview(data)
                     parts = [mv[a - start:b - start] for a, b in zip(offsets, offsets[1:])]
-                    parts = [f for f in parts if _wanted(f, mask, keys)]
+                    parts = [f for f in parts if wanted(f, mask, keys)]
                     if parts:
-                        _send_buffers(sock, parts)
+                        send_buffers(sock, parts)
                 elif kind == "end":
                     sock.shutdown(socket.SHUT_WR)
                     return
                 elif kind == "fail":
                     log.info("subscriber %r from %s: %s", name, peer, value)
-                    sock.sendall(_frame(MessageType.ERROR, value.encode()))
+                    sock.sendall(encode_frame(MessageType.ERROR, value.encode()))
                     return
                 else:
                     return

@@ -1,10 +1,10 @@
 """Buffer-server storage: each publisher's windows in memory, spilled to disk past a limit.
 
-:class:`_Stream` holds one publisher id's data and its subscribers' cursors
+:class:`Stream` holds one publisher id's data and its subscribers' cursors
 (guarded by one condition); :class:`Publisher` is the in-process handle that
-appends to it. The server (:mod:`container.bufferserver.server`) feeds remote
-publishers into the same :class:`_Stream` and sends subscribers what
-:meth:`_Stream.collect` hands out.
+appends to it. The server (:mod:`stram.agent.bufferserver.server`) feeds remote
+publishers into the same :class:`Stream` and sends subscribers what
+:meth:`Stream.collect` hands out.
 
 Storage model
 -------------
@@ -56,11 +56,9 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from container.bufferserver.connection import _shutdown
-from container.bufferserver.protocol import (
-    _BEGIN, _CHECKPOINT, _CTRL, _END, _END_STREAM, _END_STREAM_FRAME, _PAYLOAD, _PAYLOAD_HDR,
-    _RESET_WINDOW, _U32, BufferServerError, ProtocolError,
-)
+from stram.agent.bufferserver.connection import shutdown
+from stram.agent.bufferserver.protocol import (BEGIN, CHECKPOINT, CTRL, END, END_STREAM, END_STREAM_FRAME, PAYLOAD,
+                                               PAYLOAD_HDR, RESET_WINDOW, U32, BufferServerError, ProtocolError)
 
 __all__ = ["Publisher"]
 
@@ -75,7 +73,7 @@ STALL_SECONDS = 1.0
 class _Owner(Protocol):
     """What a stream reads from the server that owns it.
 
-    That is a :class:`~container.bufferserver.server.BufferServer`, described
+    That is a :class:`~stram.agent.bufferserver.server.BufferServer`, described
     here instead of imported: the server imports this module.
     """
 
@@ -89,7 +87,7 @@ class _Owner(Protocol):
 
 # --------------------------------------------------------------------------- stored frames
 
-def _flatten(frames: list) -> list:
+def flatten(frames: list) -> list:
     """Stored frames -> buffers to send (a payload is its header and its pieces, a tuple)."""
     out: list = []
     for f in frames:
@@ -123,10 +121,10 @@ def _is_arrow_buffer(p) -> bool:
     return cls.__name__ == "Buffer" and cls.__module__ == "pyarrow.lib"
 
 
-def _wanted(frame, mask: int, keys: frozenset) -> bool:
+def wanted(frame, mask: int, keys: frozenset) -> bool:
     """Partition filter: control frames always, a payload when ``tag & mask`` is a key."""
     head = frame[0] if frame.__class__ is tuple else frame
-    return head[4] != _PAYLOAD or (_U32.unpack_from(head, 5)[0] & mask) in keys
+    return head[4] != PAYLOAD or (U32.unpack_from(head, 5)[0] & mask) in keys
 
 
 # --------------------------------------------------------------------------- storage
@@ -153,7 +151,7 @@ class _Unit:
 
 
 @dataclass(eq=False)
-class _Sub:
+class Sub:
     """Server-side state of one subscriber connection."""
 
     sock: socket.socket
@@ -172,7 +170,7 @@ class _Sub:
     moved: float = field(default_factory=time.monotonic)  #: when it last took something (or subscribed)
 
 
-class _Stream:
+class Stream:
     """All stored data of one publisher id, guarded by ``cond``."""
 
     def __init__(self, server: _Owner, publisher_id: str) -> None:
@@ -193,7 +191,7 @@ class _Stream:
         self.last_window: int | None = None
         self.ended = False
         self.publishing = False        #: a publisher is attached
-        self.subscribers: set[_Sub] = set()
+        self.subscribers: set[Sub] = set()
         self.dir: str | None = None
 
     # -- publishing --------------------------------------------------------
@@ -206,7 +204,7 @@ class _Stream:
             old, self.publisher_sock = self.publisher_sock, sock
             self.cond.notify_all()
             gen = self.generation
-        _shutdown(old)
+        shutdown(old)
         return gen
 
     def detach(self, gen: int) -> None:
@@ -235,7 +233,7 @@ class _Stream:
             raise BufferServerError("buffer server stopped")
         if self.ended:
             raise ProtocolError(f"publisher {self.id!r}: data after END_STREAM")
-        if mtype == _PAYLOAD:
+        if mtype == PAYLOAD:
             if not self.in_window:
                 raise ProtocolError(f"publisher {self.id!r}: PAYLOAD outside a window")
             if self.server.lag_limit is not None and self.subscribers:
@@ -243,7 +241,7 @@ class _Stream:
             if self.memory + size > self.server.memory_limit:
                 self._make_room(gen, size)
             unit = self.open
-        elif mtype == _BEGIN:
+        elif mtype == BEGIN:
             if self.in_window:
                 raise ProtocolError(f"publisher {self.id!r}: BEGIN_WINDOW {window} inside window {self.open.window}")
             if self.last_window is not None and window <= self.last_window:
@@ -254,7 +252,7 @@ class _Stream:
                 self.units.append(unit)
             unit.window = self.last_window = window
             self.in_window = True
-        elif mtype == _END:
+        elif mtype == END:
             if not self.in_window or self.open.window != window:
                 opened = f"BEGIN_WINDOW {self.open.window}" if self.in_window else "no open window"
                 raise ProtocolError(f"publisher {self.id!r}: END_WINDOW {window} does not match {opened}")
@@ -268,11 +266,11 @@ class _Stream:
         unit.mem_bytes += size
         self.memory += size
         self.appended += size
-        if mtype == _END or mtype == _END_STREAM:
+        if mtype == END or mtype == END_STREAM:
             unit.closed = True
             self.open = None
             self.in_window = False
-            self.ended = mtype == _END_STREAM
+            self.ended = mtype == END_STREAM
         if self.memory > self.server.memory_limit and self.server.spool_root is not None:
             self._spill(self.server.memory_limit, include_open=True)
 
@@ -290,14 +288,14 @@ class _Stream:
             self.cond.wait(0.5)
             self._still_publishing(gen)
 
-    def _behind(self, sub: _Sub) -> int:
+    def _behind(self, sub: Sub) -> int:
         """Bytes published that ``sub`` has not taken yet."""
         u = self._unit_at(sub.seq)
         if u is None:
             return 0
         return self.appended - (u.base + sub.unit_off if u.seq == sub.seq else u.base)
 
-    def _lagging(self, limit: int) -> _Sub | None:
+    def _lagging(self, limit: int) -> Sub | None:
         """A subscriber still reading that is more than ``limit`` bytes behind (None: none)."""
         now = time.monotonic()
         for sub in self.subscribers:
@@ -356,7 +354,7 @@ class _Stream:
         self.cond.release()
         try:
             with open(path, "ab") as f:
-                f.writelines(_flatten(frames))
+                f.writelines(flatten(frames))
         except OSError as exc:
             failed = exc
         finally:
@@ -427,9 +425,9 @@ class _Stream:
             old, self.publisher_sock = self.publisher_sock, None
             subs = [s.sock for s in kicked]     # failed ones still send their ERROR
             self.cond.notify_all()
-        _shutdown(old)
+        shutdown(old)
         for s in subs:
-            _shutdown(s)
+            shutdown(s)
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
@@ -439,7 +437,7 @@ class _Stream:
         i = bisect.bisect_left(self.units, seq, key=lambda u: u.seq)
         return self.units[i] if i < len(self.units) else None
 
-    def collect(self, sub: _Sub):
+    def collect(self, sub: Sub):
         """Next thing to send to ``sub`` (call with ``cond`` held); None = wait.
 
         Returns ``("mem", frames)``, ``("file", (unit, first, last, offsets))``,
@@ -490,7 +488,7 @@ class _Stream:
             self._taken(sub, total)
             return "mem", frames[k:j]
 
-    def _taken(self, sub: _Sub, size: int) -> None:
+    def _taken(self, sub: Sub, size: int) -> None:
         """``sub`` was handed ``size`` more bytes of its unit: wake a publisher waiting for it."""
         sub.unit_off += size
         sub.moved = time.monotonic()
@@ -523,38 +521,38 @@ class Publisher:
 
     __slots__ = ("publisher_id", "_stream", "_gen", "_max_frame")
 
-    def __init__(self, stream: _Stream, generation: int, max_frame: int) -> None:
+    def __init__(self, stream: Stream, generation: int, max_frame: int) -> None:
         self.publisher_id = stream.id
         self._stream, self._gen, self._max_frame = stream, generation, max_frame
 
     def begin_window(self, window_id: int) -> None:
         """Start window ``window_id`` (must be above every earlier window)."""
-        self._stream.append(self._gen, _BEGIN, _CTRL.pack(9, _BEGIN, window_id), window_id)
+        self._stream.append(self._gen, BEGIN, CTRL.pack(9, BEGIN, window_id), window_id)
 
     def payload(self, tag: int, data: bytes | tuple) -> None:
         """Append one codec-encoded batch with partition tag ``tag`` to the open window: bytes,
-        or its pieces in order (:meth:`container.codec.Codec.encode_parts`)."""
+        or its pieces in order (:meth:`stram.agent.engine.codec.Codec.encode_parts`)."""
         pieces = _kept(data)
         size = sum(map(len, pieces))
         if size + 5 > self._max_frame:
             raise ValueError(f"payload of {size} bytes exceeds the frame limit of {self._max_frame}")
-        self._stream.append(self._gen, _PAYLOAD, (_PAYLOAD_HDR.pack(size + 5, _PAYLOAD, tag), *pieces))
+        self._stream.append(self._gen, PAYLOAD, (PAYLOAD_HDR.pack(size + 5, PAYLOAD, tag), *pieces))
 
     def end_window(self, window_id: int) -> None:
         """End the open window, which must be ``window_id``."""
-        self._stream.append(self._gen, _END, _CTRL.pack(9, _END, window_id), window_id)
+        self._stream.append(self._gen, END, CTRL.pack(9, END, window_id), window_id)
 
     def checkpoint(self, window_id: int) -> None:
         """Append a CHECKPOINT marker for ``window_id``."""
-        self._stream.append(self._gen, _CHECKPOINT, _CTRL.pack(9, _CHECKPOINT, window_id), window_id)
+        self._stream.append(self._gen, CHECKPOINT, CTRL.pack(9, CHECKPOINT, window_id), window_id)
 
     def reset_window(self, window_id: int) -> None:
         """Append a RESET_WINDOW marker carrying ``window_id``."""
-        self._stream.append(self._gen, _RESET_WINDOW, _CTRL.pack(9, _RESET_WINDOW, window_id), window_id)
+        self._stream.append(self._gen, RESET_WINDOW, CTRL.pack(9, RESET_WINDOW, window_id), window_id)
 
     def end_stream(self) -> None:
         """Append END_STREAM; nothing may follow."""
-        self._stream.append(self._gen, _END_STREAM, _END_STREAM_FRAME)
+        self._stream.append(self._gen, END_STREAM, END_STREAM_FRAME)
 
     def flush(self) -> None:
         """Nothing to flush in-process (present for parity with :class:`RemotePublisher`)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from container.operator import InputOperator, InputPort, Operator, OutputPort
+from stram.operator import InputOperator, InputPort, Operator, OutputPort
 
 
 class Source(InputOperator):

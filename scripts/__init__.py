@@ -1,1 +1,0 @@
-"""The stram command-line tool (console script `stram`)."""
