@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             launcher = prestarted or LocalLauncher(log_dir, app_id=args.app_id)
         master = AppMaster(spec, args.app_id, args.app_path, token, launcher, tune_gc=True)
     except StramError as exc:  # a bad spec, no YARN container, a journal this stram cannot resume from
-        logging.getLogger("appmaster").error("cannot run application %s: %s", args.app_id, exc)
+        logging.getLogger("stram.master").error("cannot run application %s: %s", args.app_id, exc)
         if prestarted is not None:
             prestarted.release_held()
         return 1
@@ -68,14 +68,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         state = master.run()
     except BaseException:  # noqa: BLE001 - never hang on with a live server and nobody deciding
-        logging.getLogger("appmaster").exception("application master %s failed; exiting (the next "
+        logging.getLogger("stram.master").exception("application master %s failed; exiting (the next "
                                                  "attempt resumes from the journal)", args.app_id)
         try:
             master.stop()
         finally:
             logging.shutdown()
             os._exit(1)
-    logging.getLogger("appmaster").info("application %s ended %s", args.app_id, state)
+    logging.getLogger("stram.master").info("application %s ended %s", args.app_id, state)
     return 0 if state == "SUCCEEDED" else 1
 
 

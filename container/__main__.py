@@ -63,7 +63,7 @@ def main() -> int:
     try:
         return agent.run()
     except MasterGone as exc:
-        logging.getLogger("container").error("%s; exiting", exc)
+        logging.getLogger("stram.agent").error("%s; exiting", exc)
         return 3
 
 

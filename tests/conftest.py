@@ -36,7 +36,7 @@ def _stop_leftovers(home: str) -> None:
         try:
             # stram's own processes only (session fixtures' brokers and clusters may carry a test's home)
             module = (proc.info["cmdline"] or [])[1:3]
-            if module[:1] == ["-m"] and module[1:] in (["appmaster"], ["stram.master.process.supervise"], ["container"]) \
+            if module[:1] == ["-m"] and module[1:] in (["stram.master"], ["stram.master.process.supervise"], ["stram.agent"]) \
                     and proc.environ().get("STRAM_HOME") == home:
                 left.append(proc)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):

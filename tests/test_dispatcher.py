@@ -119,7 +119,7 @@ def test_a_failing_action_is_logged_and_the_others_still_run(caplog):
         raise OSError("launcher down")
     dispatcher, log = door({Tick: [LaunchContainer("c1", 1024, 1), KillContainer("c2")]},
                            actions={LaunchContainer: broken})
-    with caplog.at_level(logging.ERROR, logger="appmaster"):
+    with caplog.at_level(logging.ERROR, logger="stram.master"):
         assert dispatcher.dispatch(Tick(5)) is None
     assert log == [("journal",), ("kill", "c2")]
     assert "could not carry out LaunchContainer" in caplog.text
@@ -249,7 +249,7 @@ def test_prepare_sees_every_instruction_about_to_be_carried_out_first_and_cannot
 
     dispatcher.prepare = broken
     log.clear()
-    with caplog.at_level(logging.ERROR, logger="appmaster"):
+    with caplog.at_level(logging.ERROR, logger="stram.master"):
         assert dispatcher.dispatch(Tick(4)) == "t"
     assert log == [("journal",), ("launch", "c1"), ("launch", "c2")]
     assert "could not prepare 2 instructions" in caplog.text

@@ -204,7 +204,7 @@ def test_a_wheel_holds_one_package_and_installs_beside_proto_plus(tmp_path):
     """``pip wheel .`` gives ``stram/`` and its dist-info alone; installed into a fresh venv beside
     proto-plus (whose top-level package is ``proto``), both import and ``stram launch`` works."""
     wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-q",
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q",
                     "-w", str(wheels)], check=True, cwd=tmp_path)
     (wheel,) = wheels.glob("stram-*.whl")
     names = zipfile.ZipFile(wheel).namelist()

@@ -47,7 +47,7 @@ from stram.common.logsetup import rate_limit
 
 __all__ = ["AdminAuth", "install", "SESSION_COOKIE", "MUTATING", "proxy_hosts", "session_value"]
 
-log = logging.getLogger("stram.master.admin.rest.auth")
+log = logging.getLogger("stram.master.admin.auth")
 rate_limit(log, burst=5, interval=10.0)
 
 #: The browser's session cookie (set by ``/login``).

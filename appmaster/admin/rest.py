@@ -38,7 +38,7 @@ from stram.master.core.reports import in_chunks, operator_rows
 from stram.master.core.scaling import MAX_PARTITIONS
 from stram.master.core.state import KillContainerRequest, StackTraceRequest, UnknownContainer
 
-log = logging.getLogger("stram.master.admin.rest")
+log = logging.getLogger("stram.master.admin")
 
 
 #: Seconds a stack trace request waits for the container's answer by default, and at most.

@@ -37,7 +37,7 @@ from stram.master.admin.bodies import MAX_BODY_BYTES
 
 __all__ = ["AdminServer", "MAX_ANNOUNCED_BODY", "one_address"]
 
-log = logging.getLogger("stram.master.admin.rest")
+log = logging.getLogger("stram.master.admin")
 
 #: Bodies announced larger than this are refused (413) before they are read.
 MAX_ANNOUNCED_BODY = 4 * MAX_BODY_BYTES

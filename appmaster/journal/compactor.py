@@ -26,7 +26,7 @@ from stram.master.journal.log import Compaction, compact
 
 __all__ = ["start"]
 
-log = logging.getLogger("stram.master.journal.document")
+log = logging.getLogger("stram.master.journal")
 
 
 def _die_with_parent(parent: int) -> bool:

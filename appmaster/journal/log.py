@@ -45,7 +45,7 @@ from stram.master.core import changes
 from stram.master.core.plan import PTContainer, PTOperator
 from stram.master.journal import document as journal
 
-log = logging.getLogger("stram.master.journal.document")
+log = logging.getLogger("stram.master.journal")
 
 __all__ = ["JournalWriter", "read_journal", "replay", "log_uri", "top_doc", "compact", "compact_here", "Compaction"]
 

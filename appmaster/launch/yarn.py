@@ -26,7 +26,7 @@ from stram.common.errors import UserError
 from stram.common.skeinkeys import ADMIN_KEY, CONTAINER_SERVICE
 from stram.master.launch.local import ContainerRequest, Launcher
 
-log = logging.getLogger("stram.client.yarn")
+log = logging.getLogger("stram.master.launch.yarn")
 
 __all__ = ["YarnLauncher"]
 

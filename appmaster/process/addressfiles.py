@@ -20,7 +20,7 @@ from stram.common import apppath, fs, space
 
 __all__ = ["AddressFiles"]
 
-log = logging.getLogger("appmaster.files")
+log = logging.getLogger("stram.master.files")
 
 
 class AddressFiles:

@@ -24,7 +24,7 @@ from stram.master.core.instructions import Instruction, LaunchContainer
 
 __all__ = ["CredentialFiles", "WRITERS"]
 
-log = logging.getLogger("appmaster")
+log = logging.getLogger("stram.master")
 
 #: Credential files written at once ahead of a launch of several containers on a remote file system.
 WRITERS = 8

@@ -18,7 +18,7 @@ from stram.master.core.state import Instruction, MasterEvent, MasterState, Reply
 
 __all__ = ["Dispatcher"]
 
-log = logging.getLogger("appmaster")
+log = logging.getLogger("stram.master")
 
 
 class Dispatcher:

@@ -8,7 +8,7 @@ from typing import Any
 
 from stram.common.imports import load_class
 
-log = logging.getLogger("appmaster")
+log = logging.getLogger("stram.master")
 
 __all__ = ["load_listener"]
 

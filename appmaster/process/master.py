@@ -44,10 +44,10 @@ from stram.master.process.housekeeping import Purger, pause_gc, purge_delay, swi
 from stram.master.process.listener import load_listener
 from stram.master.umbilical.server import UmbilicalServer, UmbilicalServicer, create_server
 
-log = logging.getLogger("appmaster")
+log = logging.getLogger("stram.master")
 #: Complaints that repeat every second on a full disk: rate-limited.
-files_log = logging.getLogger("appmaster.files")
-journal_log = logging.getLogger("stram.master.journal.document")
+files_log = logging.getLogger("stram.master.files")
+journal_log = logging.getLogger("stram.master.journal")
 rate_limit(files_log, burst=3, interval=30.0)
 rate_limit(journal_log, burst=3, interval=30.0)
 

@@ -36,7 +36,7 @@ from stram.master.core.events import MasterPaused
 from stram.master.core.state import ErrorReport, Heartbeat, InitContextRequest, MasterEvent, UnknownContainer
 
 log = logging.getLogger("stram.master.umbilical.server")
-container_log = logging.getLogger("appmaster.containers")
+container_log = logging.getLogger("stram.master.containers")
 # a flood of refused or unknown calls must not fill the disk: repeats are counted, not written
 rate_limit(log, burst=5, interval=10.0)
 rate_limit(container_log, burst=50, interval=10.0)

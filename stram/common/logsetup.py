@@ -193,7 +193,7 @@ def exit_fast(code: Any = 0, flush_files: bool = False) -> NoReturn:
         sys.exit(code)  # a message (printed, exit status 1) or a number os._exit cannot take
     waiting = _threads_an_exit_waits_for(THREAD_GRACE)
     if waiting:
-        logging.getLogger("container.exit").debug(
+        logging.getLogger("stram.agent.exit").debug(
             "normal interpreter exit: threads still running: %s", ", ".join(t.name for t in waiting))
         sys.exit(code)
     atexit._run_exitfuncs()
