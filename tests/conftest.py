@@ -1,4 +1,9 @@
-"""Shared fixtures: a private STRAM_HOME per test session, helpers to run apps."""
+"""Shared fixtures: a private STRAM_HOME per test session, helpers to run apps.
+
+The suite's layout: ``unit/<room>/`` (in-process, fast), ``e2e/<area>/`` (real
+processes; everything there is marked ``slow``), ``kits/`` (helpers and
+operators the tests share; on the import path by ``setup.cfg``'s pytest section).
+"""
 
 from __future__ import annotations
 
@@ -12,8 +17,14 @@ from collections import Counter
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+#: Tests under this folder launch real processes: marked slow by where they live.
+E2E = pathlib.Path(__file__).resolve().parent / "e2e"
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if E2E in pathlib.Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True)
