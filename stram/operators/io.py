@@ -214,17 +214,24 @@ class JsonLinesOutput(Operator):
         self._exactly_once = context.attributes.get("PROCESSING_MODE") == "EXACTLY_ONCE"
         self._name = f"{context.name}-{context.id}"
         self._dir = fs.join(self.path, self._name) if self._exactly_once else self.path
-        fs.makedirs(self._dir)
-        if not self._exactly_once:
-            # At least / at most once: one file per partition, appended to
-            # across restarts (a replay may repeat lines in AT_LEAST_ONCE).
-            uri = fs.join(self.path, f"part-{self._name}.jsonl")
-            drop_torn_line(uri)
-            filesystem, path = fs.filesystem(uri)
-            if isinstance(filesystem, fs.LocalFileSystem):
-                self._local = path  # each window appended whole or not at all (see end_window)
-            else:
-                self._out = filesystem.open_append_stream(path)
+        try:
+            # a local destination someone else controls (or a link planted in it) is refused
+            fs.check_output_dir(self.path)
+            fs.makedirs(self._dir)
+            fs.check_output_dir(self._dir)
+            if not self._exactly_once:
+                # At least / at most once: one file per partition, appended to
+                # across restarts (a replay may repeat lines in AT_LEAST_ONCE).
+                uri = fs.join(self.path, f"part-{self._name}.jsonl")
+                filesystem, path = fs.filesystem(uri)
+                if isinstance(filesystem, fs.LocalFileSystem):
+                    os.close(fs.open_own_append(path))  # never through a link, never another's file
+                    self._local = path  # each window appended whole or not at all (see end_window)
+                drop_torn_line(uri)
+                if not self._local:
+                    self._out = filesystem.open_append_stream(path)
+        except fs.UnsafeDestination as exc:
+            raise FatalError(f"JsonLinesOutput {self._name}: {exc}") from None
 
     def begin_window(self, window_id: int) -> None:
         self._window = window_id
@@ -250,7 +257,7 @@ class JsonLinesOutput(Operator):
         elif self._local:
             # a window's lines go in whole or not at all: an append cut short (a full disk) is
             # cut back before the error goes up, so no torn line is left for the next append
-            with open(self._local, "ab", buffering=0) as f:
+            with open(fs.open_own_append(self._local), "ab", buffering=0) as f:
                 before = os.fstat(f.fileno()).st_size
                 try:
                     view = memoryview(data)
