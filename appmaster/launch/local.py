@@ -14,6 +14,7 @@ is never taken over and never signalled.
 from __future__ import annotations
 
 import abc
+import collections
 import logging
 import os
 import signal
@@ -95,6 +96,13 @@ class LocalLauncher(Launcher):
 
     #: A poll is a ``waitpid`` per process: the end is seen within 20 ms of the last exit.
     exit_poll_seconds = 0.02
+    #: At most this many container processes start within :attr:`start_window_seconds`: each
+    #: spends its first fraction of a second importing on a core, and hundreds started at once
+    #: (a large plan) would starve the master and each other; later launches wait their turn.
+    max_starting = max(8, 4 * (os.cpu_count() or 1))
+    start_window_seconds = 1.0
+    #: The agent's command line.
+    command: tuple[str, ...] = (sys.executable, "-m", "stram.agent")
 
     def __init__(self, log_dir: str, cwd: str | None = None, app_id: str = "") -> None:
         self.log_dir = log_dir
@@ -102,6 +110,8 @@ class LocalLauncher(Launcher):
         #: Whose containers these are: a kill finds a container not (yet) taken over by its environment.
         self.app_id = app_id
         self.processes: dict[str, subprocess.Popen] = {}
+        #: When the processes spawned within the last :attr:`start_window_seconds` were.
+        self._spawned: collections.deque[float] = collections.deque()
         #: Containers a new attempt could not take over: reported ended by poll().
         self._lost: list[tuple[str, int | None]] = []
         #: Processes started ahead of the plan (:meth:`prestart`) and the environment they have.
@@ -125,9 +135,19 @@ class LocalLauncher(Launcher):
         return env
 
     def _spawn(self, container_id: str, env: dict[str, str], stdin: Any) -> subprocess.Popen:
+        spawned = self._spawned
+        while len(spawned) >= self.max_starting:
+            wait = spawned[0] + self.start_window_seconds - time.monotonic()
+            if wait <= 0:
+                spawned.popleft()
+                continue
+            log.info("%d containers started in the last %.1f s: %s waits %.2f s for its turn",
+                     len(spawned), self.start_window_seconds, container_id, wait)
+            time.sleep(wait)
+        spawned.append(time.monotonic())
         out = open(os.path.join(self.log_dir, f"{container_id}.out"), "ab")
         try:
-            return subprocess.Popen([sys.executable, "-m", "stram.agent"], env=env, cwd=self.cwd,
+            return subprocess.Popen(list(self.command), env=env, cwd=self.cwd,
                                     stdout=out, stderr=subprocess.STDOUT, stdin=stdin)
         finally:
             out.close()

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from stram.common import attributes as attrs
-from stram.master.spec.build import Builder
+from stram.master.spec.build import Builder, check_size
 from stram.master.spec.errors import SpecError
 from stram.master.spec.overrides import apply_override
 from stram.master.spec.parts import OperatorSpec, StreamSpec, plain_data
@@ -93,8 +93,9 @@ class AppSpec:
         SpecError
             The spec or an override is invalid.
         """
-        spec = _build(copy.deepcopy(data), source)
         overrides = list(overrides)
+        # the plan's size is judged once the overrides are in: they may lower partition counts or raise limits
+        spec = _build(copy.deepcopy(data), source, sized=not overrides)
         return spec.with_overrides(overrides) if overrides else spec
 
     def with_overrides(self, overrides: Iterable[str]) -> "AppSpec":
@@ -236,8 +237,9 @@ class AppSpec:
                 if stream.source.operator == operator}
 
 
-def _build(data: Any, source: str, origin: Mapping[str, str] | None = None) -> AppSpec:
-    """An :class:`AppSpec` from plain data, its parts checked first and then its graph.
+def _build(data: Any, source: str, origin: Mapping[str, str] | None = None, sized: bool = True) -> AppSpec:
+    """An :class:`AppSpec` from plain data, its parts checked first, then its graph, then (``sized``)
+    the size of its plan.
 
     ``origin`` maps key paths set by ``-D`` overrides to their ``-D`` label
     (see :class:`~stram.master.spec.build.Builder`).
@@ -245,4 +247,6 @@ def _build(data: Any, source: str, origin: Mapping[str, str] | None = None) -> A
     builder = Builder(source, origin)
     spec = AppSpec(**builder.fields(data))
     builder.check_graph(spec)
+    if sized:
+        check_size(spec, builder.error)
     return spec

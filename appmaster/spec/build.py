@@ -5,7 +5,7 @@ checked, then the graph (no cycles, every required input connected, inline local
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from stram.common import attributes as attrs
 from stram.common.attributes import Scope, show
@@ -308,6 +308,34 @@ class Builder:
                         f"{up.name!r} has {_count(up.partitions, 'partition')} and "
                         f"{down.name!r} has {_count(down.partitions, 'partition')} (drop the "
                         f"locality or give both the same partitions)")
+
+
+def check_size(spec: Any, error: Callable[[str, str], SpecError]) -> None:
+    """Refuse a plan past MAX_PHYSICAL_OPERATORS or MAX_CONTAINERS before anything starts.
+
+    An upper bound from the partition counts (every partition, plus a unifier for
+    every partition downstream of a partitioned stream) settles most specs without
+    planning; only a spec that may pass a limit is planned, exactly as the master will.
+    """
+    max_ops, max_containers = spec.attribute("MAX_PHYSICAL_OPERATORS"), spec.attribute("MAX_CONTAINERS")
+    partitions = {name: op.partitions for name, op in spec.operators.items()}
+    bound = sum(partitions.values()) + sum(partitions[s.operator] for st in spec.streams.values()
+                                           if partitions[st.source.operator] > 1 for s in st.sinks)
+    if bound <= min(max_ops, max_containers):
+        return
+    from stram.master.core.plan import PhysicalPlan  # only for the specs that need it
+
+    plan = PhysicalPlan.from_spec(spec, max_containers=spec.attribute("CONTAINERS_MAX_COUNT"))
+    if len(plan.operators) > max_ops:
+        raise error("attributes.MAX_PHYSICAL_OPERATORS",
+                    f"the plan has {len(plan.operators):,} physical operators (partitions and unifiers), "
+                    f"more than MAX_PHYSICAL_OPERATORS={max_ops:,}; lower the partition counts, or raise "
+                    f"the limit if the cluster can hold them")
+    if len(plan.containers) > max_containers:
+        raise error("attributes.MAX_CONTAINERS",
+                    f"the plan needs {len(plan.containers):,} containers, more than MAX_CONTAINERS="
+                    f"{max_containers:,}; lower the partition counts, pack operators with "
+                    f"CONTAINERS_MAX_COUNT, or raise the limit")
 
 
 def _find_cycle(spec: SpecGraph) -> list[str]:

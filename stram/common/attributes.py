@@ -84,6 +84,8 @@ class Attribute:
         Where it may be set.
     minimum:
         Smallest allowed value of an ``INT`` attribute.
+    maximum:
+        Largest allowed value of an ``INT`` attribute (None: no bound).
     nullable:
         ``null`` is a valid value (meaning given in ``null_means``).
     choices:
@@ -98,6 +100,7 @@ class Attribute:
     description: str
     scopes: frozenset[Scope]
     minimum: int | None = None
+    maximum: int | None = None
     nullable: bool = False
     choices: tuple[str, ...] = ()
     null_means: str = ""
@@ -107,7 +110,9 @@ class Attribute:
         """What a valid value looks like, in words (used in error messages)."""
         if self.kind is Kind.INT:
             text = "an integer"
-            if self.minimum is not None:
+            if self.minimum is not None and self.maximum is not None:
+                text += f" from {self.minimum} to {self.maximum}"
+            elif self.minimum is not None:
                 text += " > 0" if self.minimum == 1 else f" >= {self.minimum}"
         elif self.kind is Kind.BOOL:
             text = "true or false"
@@ -161,7 +166,7 @@ class Attribute:
             number = value
         else:
             raise self._bad(value)
-        if self.minimum is not None and number < self.minimum:
+        if (self.minimum is not None and number < self.minimum) or (self.maximum is not None and number > self.maximum):
             raise self._bad(value)
         return number
 
@@ -219,8 +224,8 @@ def show(value: Any) -> str:
 
 
 def _int(name: str, default: int | None, description: str, scopes: frozenset[Scope],
-         minimum: int = 1, null_means: str = "") -> Attribute:
-    return Attribute(name, Kind.INT, default, description, scopes, minimum=minimum,
+         minimum: int = 1, null_means: str = "", maximum: int | None = None) -> Attribute:
+    return Attribute(name, Kind.INT, default, description, scopes, minimum=minimum, maximum=maximum,
                      nullable=bool(null_means), null_means=null_means)
 
 
@@ -283,11 +288,15 @@ ATTRIBUTES: dict[str, Attribute] = _table(
     Attribute("BUFFER_SPOOLING", Kind.BOOL, True,
               "Spill buffer-server windows to local disk beyond BUFFER_MEMORY_MB "
               "(false: block the publisher).", _DAG),
-    _int("CONTAINERS_MAX_COUNT", None, "Most containers the application may hold.", _DAG,
-         null_means="no limit"),
+    _int("CONTAINERS_MAX_COUNT", None, "Most containers the application may hold: operators are "
+         "packed into this many (MAX_CONTAINERS refuses instead).", _DAG, null_means="no limit"),
+    _int("MAX_CONTAINERS", 2000, "Most containers a plan may need (after CONTAINERS_MAX_COUNT's "
+         "packing); a bigger one is refused before anything starts.", _DAG, maximum=100_000),
+    _int("MAX_PHYSICAL_OPERATORS", 20_000, "Most physical operators (partitions and unifiers) a plan "
+         "may have; a bigger one is refused before anything starts.", _DAG, maximum=1_000_000),
     _int("MASTER_ATTEMPTS", 2, "Attempts of the application master: one that dies without a final "
          "state is started again (resuming from its journal) until this many (YARN max_attempts; "
-         "locally the supervisor).", _DAG),
+         "locally the supervisor, waiting longer between attempts each time).", _DAG, maximum=20),
     _int("MASTER_MEMORY_MB", 1024, "Memory of the application master's container.", _DAG),
     _int("MASTER_VCORES", 1, "Virtual cores of the application master's container.", _DAG),
     _int("CONTAINER_MEMORY_MB", 1024,

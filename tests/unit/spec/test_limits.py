@@ -136,3 +136,51 @@ def test_big_plans_log_their_progress(caplog):
     assert lines[0] == "planning 602 partitions of 4 operators"
     assert any(line.startswith("planning: stream b wired") for line in lines)
     assert lines[-1].startswith("planned 603 physical operators in ")
+
+
+def wide_spec(operators: int, partitions: int) -> str:
+    """``operators`` chains of a partitioned source into one sink each."""
+    ops = "".join(f"  src{i}: {{class: spec_fixture_ops:Source, partitions: {partitions}}}\n"
+                  f"  out{i}: {{class: spec_fixture_ops:Sink}}\n" for i in range(operators))
+    streams = "".join(f"  s{i}: {{from: src{i}.output, to: [out{i}.input]}}\n" for i in range(operators))
+    return f"name: wide\noperators:\n{ops}streams:\n{streams}"
+
+
+def test_a_whole_application_is_capped_in_containers_and_operators():
+    """40 operators of 256 partitions each pass the per-operator limit but not the application's:
+    refused before anything starts, naming the attribute; the limits are DAG attributes."""
+    with pytest.raises(SpecError) as err:
+        AppSpec.from_yaml(wide_spec(40, 256), source="app.yaml")
+    planned = PhysicalPlan.from_spec(AppSpec.from_yaml(wide_spec(40, 256), overrides=["MAX_CONTAINERS=100000"]))
+    assert str(err.value).startswith(f"app.yaml: attributes.MAX_CONTAINERS: the plan needs "
+                                     f"{len(planned.containers):,} containers, more than MAX_CONTAINERS=2,000")
+    assert len(planned.operators) > 10_240  # every partition, and the unifiers of the partitioned streams
+    with pytest.raises(SpecError, match=f"-D MAX_PHYSICAL_OPERATORS: the plan has {len(planned.operators):,} physical "
+                                        f"operators \\(partitions and unifiers\\), more than MAX_PHYSICAL_OPERATORS=10,000"):
+        AppSpec.from_yaml(wide_spec(40, 256), overrides=["MAX_CONTAINERS=100000", "MAX_PHYSICAL_OPERATORS=10000"])
+    # packing into fewer containers satisfies MAX_CONTAINERS; small plans are not planned at all
+    AppSpec.from_yaml(wide_spec(40, 256), overrides=["CONTAINERS_MAX_COUNT=1000"])
+    AppSpec.from_yaml(wide_spec(3, 4), overrides=["MAX_CONTAINERS=15", "MAX_PHYSICAL_OPERATORS=18"])
+    with pytest.raises(SpecError, match="the plan needs 16 containers, more than MAX_CONTAINERS=15"):
+        AppSpec.from_yaml(wide_spec(4, 3), overrides=["MAX_CONTAINERS=15"])
+    with pytest.raises(SpecError, match="MAX_CONTAINERS: expected an integer from 1 to 100000"):
+        AppSpec.from_yaml(wide_spec(1, 1), overrides=["MAX_CONTAINERS=1000000"])
+
+
+def test_master_attempts_are_capped():
+    AppSpec.from_yaml(spec_text(), overrides=["MASTER_ATTEMPTS=20"])
+    for bad in ("21", "1e9", "1000000000"):
+        with pytest.raises(SpecError, match="MASTER_ATTEMPTS: expected an integer from 1 to 20"):
+            AppSpec.from_yaml(spec_text(), overrides=[f"MASTER_ATTEMPTS={bad}"])
+
+
+def test_launch_and_dry_run_refuse_a_plan_too_big_before_anything_starts(tmp_path, capsys):
+    from stram.client import cli
+    from stram.common import apps
+    spec = tmp_path / "wide.yaml"
+    spec.write_text(wide_spec(40, 256))
+    for args in (["launch", str(spec)], ["launch", "--yarn", "--dry-run", str(spec)]):
+        assert cli.main(args) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"error: {spec}: attributes.MAX_CONTAINERS: the plan needs")
+    assert apps.local_apps() == []  # nothing was registered, let alone started
