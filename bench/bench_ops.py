@@ -1,4 +1,6 @@
-"""Operators for the benchmarks (imported by containers as ``bench.bench_ops``)."""
+"""Operators for the benchmarks' applications (imported by containers as ``bench.bench_ops``): the
+source and sinks of :mod:`bench.transfer.bench_transfer`, the reader and sink of
+:mod:`bench.recovery.bench_recovery`, the probe of :mod:`bench.startup.bench_startup`."""
 
 from __future__ import annotations
 
@@ -65,7 +67,7 @@ class BlastSource(InputOperator):
 
 def _fresh_copier(batch: Any) -> Callable[[], Any]:
     """A function returning ``batch`` (one string column) with its characters in new memory each
-    call (~6 us for 1,000 rows of 64 bytes), as a real source fills a new batch every time: a
+    call (a few microseconds: bench/README.md), as a real source fills a new batch every time: a
     batch emitted again and again would be sent from the same cached bytes, faster than any
     real stream."""
     import pyarrow as pa
@@ -110,7 +112,7 @@ class CountSink(Operator):
 
 class FirstWindowSink(CountSink):
     """A CountSink that also records the wall-clock times of its first tuple and of the end of
-    its first window with tuples (bench/bench_startup.py: the first processed window)."""
+    its first window with tuples (:mod:`bench.startup.bench_startup`: the first processed window)."""
 
     transient = CountSink.transient + ("_first_tuple", "_first_window")
 

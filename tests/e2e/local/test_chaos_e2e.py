@@ -1,4 +1,4 @@
-"""A short chaos soak (bench/chaos.py): one seeded run per processing mode, output exact.
+"""A short chaos soak (``python -m bench.recovery.chaos``): one seeded run per processing mode, output exact.
 
 Each run is a partitioned word count whose containers (the output's and its
 unifier's among them) are SIGKILLed at random times, one is SIGSTOPped past
@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from bench.chaos import run_one
+from bench.recovery.chaos import run_one
 
 SEED = int(os.environ.get("STRAM_CHAOS_SEED", "2"))
 
@@ -21,7 +21,7 @@ SEED = int(os.environ.get("STRAM_CHAOS_SEED", "2"))
 @pytest.mark.parametrize("mode, seed", [("exactly_once", SEED), ("at_least_once", SEED + 1)])
 def test_chaos_run(tmp_path, mode, seed):
     result = run_one(seed, mode, tmp_path, disk=os.environ.get("STRAM_CHAOS_DISK") == "1", timeout=150)
-    assert result.result == "exact", f"{result.line()}\nreplay: python bench/chaos.py --runs 1 --seed {seed} --mode {mode}"
+    assert result.result == "exact", f"{result.line()}\nreplay: python -m bench.recovery.chaos --runs 1 --seed {seed} --mode {mode}"
     kinds = {f.split("(")[0].split("@")[0] for f in result.faults}
     assert {"kill", "stop", "master"} <= kinds, result.faults  # every kind of fault landed
     assert any(f.startswith("kill(") and "out" in f for f in result.faults), result.faults

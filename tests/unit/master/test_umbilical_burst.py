@@ -5,7 +5,7 @@ queue, and past 1,000 of them (``grpc.server.max_pending_requests``) refuses
 new ones at random (CANCELLED), all of them past 3,000. The master's server
 takes calls on its event loop, which waits whenever the master's one
 interpreter is busy (a garbage collection, a batch of heartbeats): at 2,000
-containers starting together, ``bench/bench_heartbeats.py`` saw 15-200 of their
+containers starting together, ``python -m bench.heartbeats.bench_heartbeats`` saw 15-200 of their
 GetInitContext calls refused this way, and deploying took 51 s or never ended.
 :func:`stram.master.umbilical.server.create_server` raises both limits
 (:data:`stram.master.umbilical.server.MAX_PENDING_CALLS`). Here the server's event loop is

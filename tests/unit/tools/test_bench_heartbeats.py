@@ -1,4 +1,4 @@
-"""The heartbeat load harness (bench/bench_heartbeats.py) runs briefly, so that it cannot rot.
+"""The heartbeat load harness (``python -m bench.heartbeats.bench_heartbeats``) runs briefly, so that it cannot rot.
 
 The figures themselves are measured by the bench on demand, not asserted here;
 this checks that a small configuration plans, deploys, heartbeats over real
@@ -18,12 +18,12 @@ import pytest
 
 from conftest import ROOT
 
-from bench.heartbeat_master import adopting
+from bench.heartbeats.heartbeat_master import adopting
 
 
 
 def _run(*args: str) -> dict[str, str]:
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_heartbeats.py"), *args],
+    proc = subprocess.run([sys.executable, "-m", "bench.heartbeats.bench_heartbeats", *args],
                           capture_output=True, text=True, timeout=180, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return dict(item.split("=", 1) for item in proc.stdout.strip().splitlines()[-1].split())
@@ -81,7 +81,7 @@ def test_harness_restarts_the_master_and_it_adopts_every_container(front):
 
 
 def test_a_second_is_slow_when_over_one_percent_of_its_heartbeats_took_over_100_ms():
-    from bench.heartbeat_report import slow_seconds
+    from bench.heartbeats.heartbeat_report import slow_seconds
     fast, slow = 0.004, 0.101
     by_second = {0: [fast] * 99 + [slow],  # 1%: not over it
                  1: [fast] * 98 + [slow] * 2,
@@ -123,9 +123,7 @@ def test_a_new_attempt_adopts_only_the_containers_launched_as_those_processes(tm
 @pytest.mark.parametrize("seed", range(5))
 def test_the_agents_encoded_heartbeats_parse_to_the_message_the_protobuf_library_builds(seed):
     import random
-
-    sys.path.insert(0, str(ROOT / "bench"))
-    from bench_heartbeats import SimContainer
+    from bench.heartbeats.heartbeat_wire import SimContainer
 
     from stram import wire as proto
 
@@ -154,9 +152,9 @@ def test_the_agents_encoded_heartbeats_parse_to_the_message_the_protobuf_library
 
 
 def test_the_in_process_profile_runs_and_times_the_reads():
-    """bench/profile_heartbeats.py (the master's heartbeat path without gRPC) with ``--reads``: the
+    """``bench.heartbeats.profile_heartbeats`` (the master's heartbeat path without gRPC) with ``--reads``: the
     operators page's steps and the journal snapshot's two encodings are timed."""
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "profile_heartbeats.py"), "--containers", "40",
+    proc = subprocess.run([sys.executable, "-m", "bench.heartbeats.profile_heartbeats", "--containers", "40",
                            "--operators", "5", "--rounds", "2", "--reads"],
                           capture_output=True, text=True, timeout=180, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]

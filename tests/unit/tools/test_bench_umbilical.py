@@ -1,4 +1,4 @@
-"""The umbilical's transport bench (bench/bench_umbilical.py) runs briefly, so that it cannot rot.
+"""The umbilical's transport bench (``python -m bench.heartbeats.bench_umbilical``) runs briefly, so that it cannot rot.
 
 Its figures are measured on demand, not asserted here: this checks that the real
 server answers every heartbeat the simulated agents stream (the server's count of
@@ -20,7 +20,7 @@ from conftest import ROOT
 
 @pytest.mark.slow
 def test_every_streamed_heartbeat_is_answered_and_counted():
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_umbilical.py"), "--streams", "30",
+    proc = subprocess.run([sys.executable, "-m", "bench.heartbeats.bench_umbilical", "--streams", "30",
                            "--operators", "4", "--seconds", "2", "--interval-ms", "20", "--procs", "2"],
                           capture_output=True, text=True, timeout=180, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -33,6 +33,6 @@ def test_every_streamed_heartbeat_is_answered_and_counted():
 
 
 def test_bad_arguments_are_refused_with_a_usage_error():
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_umbilical.py"), "--streams", "0"],
+    proc = subprocess.run([sys.executable, "-m", "bench.heartbeats.bench_umbilical", "--streams", "0"],
                           capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert proc.returncode == 2 and "--streams" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

@@ -1,4 +1,4 @@
-"""The chaos soak's output checks (bench/chaos_check.py) catch wrong output, and pass right output."""
+"""The chaos soak's output checks (bench/recovery/chaos_check.py) catch wrong output, and pass right output."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from bench.chaos_check import check_at_least_once, check_exactly_once, make_input
+from bench.recovery.chaos_check import check_at_least_once, check_exactly_once, make_input
 
 
 def write(out, rows, name="part-out-7.jsonl"):

@@ -1,4 +1,4 @@
-"""Operators of the heartbeat load harness's application (bench/bench_heartbeats.py).
+"""Operators of the heartbeat load harness's application (:mod:`bench.heartbeats.bench_heartbeats`).
 
 The master imports them to validate and plan the spec; no container runs
 them: the harness's simulated agents only report windows for them.

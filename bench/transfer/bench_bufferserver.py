@@ -1,17 +1,13 @@
 """Benchmark of the buffer server: publisher process -> buffer server -> subscriber process.
 
-Run on demand (not a test)::
+    python -m bench.transfer.bench_bufferserver [--seconds 3] [--case pickle-64B ...] [--mode inproc tcp]
 
-    python bench/bench_bufferserver.py [--seconds 3] [--case pickle-64B ...] [--mode inproc tcp]
-
-Modes: ``inproc`` runs the buffer server inside the publishing process, which
-publishes through the in-process API (how a container agent publishes its
-operators' ports); ``tcp`` runs the server in its own process and publishes
-with :class:`RemotePublisher`. The subscriber always reads over TCP in another
-process, decodes every batch with the stream codec and purges each finished
-window (as the committed window would). Prints tuples/s, MB/s of tuple data,
-wire MB/s and the peak RSS of every process. Reference: Apache Apex moves
-about 0.83M tuples/s of 64-byte tuples through its buffer server.
+The buffer server alone, without master or agents: a publisher encodes and publishes windows
+(``inproc``: through the server in its own process, as an agent publishes; ``tcp``: to a server
+process with :class:`RemotePublisher`), a subscriber process reads them over TCP, decodes every
+batch and purges each finished window. Prints tuples/s, MB/s of tuple data and on the wire,
+and every process's peak RSS, beside Apache Apex's buffer server (:data:`APEX_REFERENCE`).
+Latest figures: bench/README.md.
 """
 
 from __future__ import annotations
@@ -25,15 +21,14 @@ import threading
 import time
 from dataclasses import dataclass
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import psutil
 
-import psutil  # noqa: E402
-
-from stram.agent.bufferserver import BufferServer, MessageType, RemotePublisher, Subscriber, purge  # noqa: E402
-from stram.agent.engine.codec import get_codec  # noqa: E402
+from stram.agent.bufferserver import BufferServer, MessageType, RemotePublisher, Subscriber, purge
+from stram.agent.engine.codec import get_codec
 
 TOKEN = b"bench-token"
 PUBLISHER_ID = "1.output"
+#: Tuples/s of 64-byte tuples through Apache Apex's buffer server: the reference printed beside.
 APEX_REFERENCE = 830_000
 
 
@@ -196,7 +191,8 @@ def run_case(case: Case, mode: str, seconds: float) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.transfer.bench_bufferserver",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="target duration of each run")
     parser.add_argument("--case", nargs="*", choices=sorted(CASES), default=list(CASES))
     parser.add_argument("--mode", nargs="*", choices=["inproc", "tcp"], default=["inproc", "tcp"])

@@ -1,34 +1,29 @@
 """A chaos soak: partitioned word counts under random faults must end SUCCEEDED with exact output.
 
-    python bench/chaos.py --runs N --seed S [--mode exactly_once|at_least_once|both]
-                          [--no-disk] [--keep] [--timeout T] [--tls]
+    python -m bench.recovery.chaos --runs N --seed S [--mode exactly_once|at_least_once|both]
+                                   [--no-disk] [--keep] [--timeout T] [--tls]
 
-Run ``i`` uses seed ``S + i``; everything about it comes from a
-``random.Random`` of that seed: the input text, the partition counts, the mode
-(``--mode both``: even seeds EXACTLY_ONCE, odd AT_LEAST_ONCE), and when and
-where faults strike. Each run launches, detached (``stram launch --detach``),
-``reader -> split (partitioned) -> count (partitioned) -> unifier -> out`` in a
-private ``STRAM_HOME`` under a temporary directory, then, at random times:
+Run ``i`` uses seed ``S + i``; everything about it comes from a ``random.Random`` of that seed:
+the input, the partition counts, the mode (``--mode both``: even seeds EXACTLY_ONCE, odd
+AT_LEAST_ONCE), and when and where faults strike. Each run launches, detached,
+``reader -> split (partitioned) -> count (partitioned) -> unifier -> out`` in a private
+``STRAM_HOME``, then, at random times:
 
-- ``kill``: SIGKILL a random container's agent; one kill always takes the
-  output's container (the unifier of ``count`` runs THREAD_LOCAL with ``out``,
-  in the same container), one a partition of ``count``;
-- ``stop``: SIGSTOP a container for longer than ``HEARTBEAT_TIMEOUT_MILLIS``,
-  then SIGCONT it: the master must declare it lost and replace it, and the old
-  process must go away without touching the output;
-- ``master``: SIGKILL the application master (its supervisor starts the next
-  attempt, which adopts the running containers);
-- ``disk``: fill the output's file system (a small tmpfs mounted for the run;
-  root only, else skipped and said so), hold it full a while, then free it.
+- ``kill``: SIGKILL a random container's agent; one kill always takes the output's container
+  (the unifier of ``count`` runs THREAD_LOCAL with ``out``), one a partition of ``count``;
+- ``stop``: SIGSTOP a container for longer than ``HEARTBEAT_TIMEOUT_MILLIS``, then SIGCONT it:
+  the master must replace it, and the old process must go away without touching the output;
+- ``master``: SIGKILL the application master (its supervisor starts the next attempt, which
+  adopts the running containers);
+- ``disk``: fill the output's file system (a small tmpfs; root only, else skipped and said so),
+  hold it full a while, then free it.
 
-Then it waits up to ``--timeout`` seconds for a final state and checks the
-output against counts computed in Python (see :mod:`bench.chaos_check` for
-exactly what each mode must satisfy). A run is ``exact``, ``wrong`` (ended
-SUCCEEDED but the output is not right, or a process of it was left running),
-``failed`` (ended FAILED or KILLED) or ``hung`` (no final state in time: the
-application is killed). Each run prints one line; the summary names every
-seed that was not exact with the command that replays it. The exit status is
-non-zero when any run was not exact.
+It waits up to ``--timeout`` seconds for a final state and checks the output against counts
+computed in Python (:mod:`bench.recovery.chaos_check` says exactly what each mode must satisfy).
+A run is ``exact``, ``wrong`` (SUCCEEDED but the output is not right, or a process of it was
+left running), ``failed`` (FAILED or KILLED) or ``hung`` (no final state in time: killed). Each
+run prints one line; the summary names every seed that was not exact with the command that
+replays it, and the exit status is non-zero then. Latest results: bench/README.md.
 """
 
 from __future__ import annotations
@@ -46,17 +41,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import psutil
 
-import psutil  # noqa: E402
-
-from bench.chaos_check import check_at_least_once, check_exactly_once, duplication, make_input  # noqa: E402
-from stram.client import commands as stram_client  # noqa: E402
+from bench.recovery.chaos_check import check_at_least_once, check_exactly_once, duplication, make_input
+from stram.client import commands as stram_client
 from stram.common import apps as stram_apps
-from stram.common.errors import StramError  # noqa: E402
-from stram.master.process.supervise import stop_containers  # noqa: E402
+from stram.common.errors import StramError
+from stram.master.process.supervise import stop_containers
+
+#: The repository: the launches' working directory.
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+#: How to run this soak again (the replay commands of its summary).
+COMMAND = "python -m bench.recovery.chaos"
 
 __all__ = ["RunResult", "run_one", "soak", "main"]
 
@@ -142,7 +138,7 @@ def master_pid(app: dict) -> int | None:
     try:
         proc = psutil.Process(int(doc.get("pid", 0)))
         cmd = proc.cmdline()
-        if proc.status() != psutil.STATUS_ZOMBIE and "appmaster" in cmd and app["id"] in cmd:
+        if proc.status() != psutil.STATUS_ZOMBIE and "stram.master" in cmd and app["id"] in cmd:
             return proc.pid
     except (psutil.Error, ValueError):
         pass
@@ -475,13 +471,13 @@ def summary(results: list[RunResult], disk: bool, tls: bool = False) -> str:
     for r in results:
         if r.result != "exact":
             mode = [k for k, v in MODES.items() if v == r.mode][0]
-            text += (f"\n  seed {r.seed} {r.result}: python bench/chaos.py --runs 1 --seed {r.seed} "
+            text += (f"\n  seed {r.seed} {r.result}: {COMMAND} --runs 1 --seed {r.seed} "
                      f"--mode {mode}{'' if disk else ' --no-disk'}{' --tls' if tls else ''}")
     return text
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python bench/chaos.py", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10, help="runs (default 10)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the first run (run i: seed + i)")
     parser.add_argument("--mode", choices=("exactly_once", "at_least_once", "both"), default="both")

@@ -1,4 +1,4 @@
-"""The master's side of the heartbeat load harness (bench/bench_heartbeats.py) beyond heartbeats.
+"""The master's side of the heartbeat load harness (:mod:`bench.heartbeats.bench_heartbeats`) beyond heartbeats.
 
 In the master's process (``--master``):
 

@@ -1,34 +1,14 @@
 """Where the time of a short ``stram launch`` goes, from the command to the last process gone (run on demand).
 
-    python bench/bench_startup.py [--runs 7] [--lines 2000] [--windows 10] [--compare DIR] [--no-compile]
-    python bench/bench_startup.py --layout split      # reader and probe in two containers
+    python -m bench.startup.bench_startup [--runs 7] [--lines 2000] [--windows 10] [--compare DIR] [--no-compile]
+    python -m bench.startup.bench_startup --layout split      # reader and probe in two containers
 
-Launches a one-container application, a LineReader over ``--lines`` generated
-lines (spread over ``--windows`` 200 ms windows, so that the application is
-still running when the master is fully up, and its end is timed on its own)
-feeding ``bench/bench_ops.py:FirstWindowSink`` (this checkout's, whichever
-stram runs it) on a CONTAINER_LOCAL stream (``--layout split``: a stream
-between two containers, through the reader's buffer server), and times each
-step from the moment ``stram launch`` is started, read from the master's and
-the containers' own logs and the probe:
-
-    plan           the master has planned the application (its interpreter, imports and spec)
-    container      the (last) container's agent is up (its interpreter and imports) and registered
-    deployed       the (last) container has deployed its operators
-    first_tuple    the probe processed its first tuple
-    first_window   the probe's first window with tuples ended (the issue's "first processed window")
-    last_end       the last operator ended (the container logged its shutdown)
-    succeeded      the master decided SUCCEEDED (every operator ended)
-    returned       ``stram launch`` returned (every process of the application gone)
-    end_path       from last_end to returned (the issue's "under 0.3 s")
-
-Each checkout's modules are byte-compiled first, as an installed stram has them
-(``--no-compile`` leaves them as they are: with ``PYTHONDONTWRITEBYTECODE`` and
-no ``__pycache__``, every process compiles its modules at start).
-
-The probe's count is checked against the input. ``--compare DIR`` runs another
-checkout of stram (a ``git worktree`` of an older commit, say) interleaved with
-this one, and prints the ratio of each median.
+Launches a one-container application (a LineReader feeding :class:`bench.bench_ops.FirstWindowSink`,
+this checkout's whichever stram runs it) and times each step from the moment ``stram launch``
+starts, read from the master's and the containers' logs and the probe: the plan, the container
+up, deployed, the first tuple and the first processed window, the last operator's end,
+SUCCEEDED and the command's return. ``--compare DIR`` runs another checkout interleaved and
+prints the ratio of each median. The steps, and the latest figures: bench/README.md.
 """
 
 from __future__ import annotations
@@ -46,8 +26,10 @@ import sys
 import tempfile
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-PACKAGES = ("appmaster", "container", "proto", "scripts")
+#: This checkout: its bench.bench_ops is the probe, whichever checkout's stram runs it.
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+#: The source folders of a checkout (an older one may lack some: only those present are compiled).
+PACKAGES = ("stram", "appmaster", "container", "proto", "scripts")
 STEPS = ("plan", "container", "deployed", "first_tuple", "first_window", "last_end", "succeeded", "returned",
          "end_path")
 
@@ -59,7 +41,7 @@ operators:
     class: stram.operators.io:LineReader
     properties: {{path: {text}, lines_per_window: {per_window}}}
   probe:
-    class: bench_ops:FirstWindowSink
+    class: bench.bench_ops:FirstWindowSink
     properties: {{result: {probe}}}
 streams:
   lines: {{from: reader.output, to: [probe.input]{locality}}}
@@ -84,7 +66,9 @@ def run_once(root: pathlib.Path, lines: int, windows: int, layout: str = "one") 
         with open(spec, "w") as f:
             f.write(SPEC.format(text=text, probe=probe, per_window=max(1, lines // windows),
                                 locality=LOCALITY[layout]))
-        env = dict(os.environ, STRAM_HOME=home, PYTHONPATH=f"{root}{os.pathsep}{ROOT / 'bench'}")
+        # the checkout's own packages first; this one's bench package after them (a checkout whose
+        # bench/ has no __init__.py leaves ``bench`` to this one)
+        env = dict(os.environ, STRAM_HOME=home, PYTHONPATH=f"{root}{os.pathsep}{ROOT}")
         started = time.time()
         proc = subprocess.run([sys.executable, "-m", "stram.client.cli", "launch", spec], cwd=root, env=env,
                               capture_output=True, text=True)
@@ -112,7 +96,7 @@ def run_once(root: pathlib.Path, lines: int, windows: int, layout: str = "one") 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.startup.bench_startup", description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7, help="interleaved runs per checkout (median printed)")
     parser.add_argument("--lines", type=int, default=2000, help="lines the application reads")
     parser.add_argument("--windows", type=int, default=10, help="windows the lines are spread over")
@@ -126,7 +110,8 @@ def main() -> None:
         roots["compare"] = pathlib.Path(args.compare).resolve()
     if not args.no_compile:
         for root in roots.values():
-            subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", *PACKAGES], cwd=root,
+            present = [p for p in PACKAGES if (root / p).is_dir()]
+            subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", *present], cwd=root,
                            check=True, stdout=subprocess.DEVNULL)
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in roots}
     for i in range(args.runs):

@@ -1,41 +1,14 @@
 """Benchmark: records/s through KafkaInput → a trivial operator → KafkaOutput, on a real broker, beside Spark.
 
-Run on demand (not a test)::
+    python -m bench.kafka.bench_kafka [--records 200000] [--partitions 2] [--mode both]
+                                      [--systems stram,spark] [--spark-cores 2] [--setup]
 
-    python bench/bench_kafka.py [--records 200000] [--partitions 2] [--mode both]
-                                [--systems stram,spark] [--spark-cores 2] [--setup]
-
-It starts its own broker (``./scripts/kafka start`` in a private state
-directory; stopped at the end), produces ``--records`` records of about 40
-bytes to a 4-partition topic, and launches a real local application per mode:
-``reader`` (KafkaInput, ``--partitions`` partitions, ``stop_at: latest``) →
-``tag`` (Tag: appends one character) → ``out`` (KafkaOutput, ``value_format:
-str``). It prints, per mode, the wall time of ``stram launch`` (start-up
-included) and the steady rate: records / (CreateTime of the last output record
-− CreateTime of the first), read back with ``read_committed``; and it checks
-that every record came out (exactly once in EXACTLY_ONCE, at least once otherwise).
-In AT_LEAST_ONCE the records are produced as they arrive, so the span is the
-pipeline's; in EXACTLY_ONCE they are produced when their window is committed,
-in a few large transactions, so the span is mostly the publishing's and the
-launch's wall time says more.
-
-Then, from the same input topic on the same broker, the same pipeline in Spark
-Structured Streaming (bench/spark_kafka.py, in its own process, ``local[N]``
-with N = ``--spark-cores``): Spark's Kafka source from the earliest offsets,
-``value`` + ``"!"``, Spark's Kafka sink to a new 2-partition topic,
-``trigger(availableNow=True)``. The output is checked exact (every expected
-value once, nothing else) and measured the same way; the job's wall time
-(start-up included) is split into the session's start and the query's run.
-Last come the ratios stram / Spark of the rates and of the wall times, per
-stram mode.
-
-PySpark has no Kafka connector of its own: the first run (or ``--setup``)
-fetches spark-sql-kafka-0-10, spark-token-provider-kafka-0-10, kafka-clients
-and commons-pool2 with Maven (scripts/spark-kafka-jvm/pom.xml) into
-``~/.cache/stram/spark-kafka-<version>/jars`` and passes them as
-``spark.jars``. Maven Central serves no spark-sql-kafka-0-10 4.3.0 for the
-installed PySpark 4.3.0, so the connector is 4.2.0; it runs on PySpark 4.3.0
-for this job without an error.
+On a broker of its own (``./scripts/kafka start`` in a private state directory), the same
+records go through stram per processing mode (KafkaInput -> Tag -> KafkaOutput, a real local
+application) and through Spark Structured Streaming with Spark's Kafka source and sink
+(:mod:`bench.kafka.spark_kafka`, in its own process); every output is checked, and the rates and
+wall times are printed with their ratios stram / Spark. ``--setup`` only fetches Spark's Kafka
+connector with Maven. How each side is measured, and the latest figures: bench/README.md.
 """
 
 from __future__ import annotations
@@ -43,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pathlib
 import shlex
 import shutil
 import subprocess
@@ -52,11 +26,10 @@ import time
 import uuid
 from typing import Any
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+from stram.operator import InputPort, Operator, OutputPort
 
-from stram.operator import InputPort, Operator, OutputPort  # noqa: E402
+#: The repository: where scripts/kafka lies, and the launches' working directory.
+ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 
 
 class Tag(Operator):
@@ -132,7 +105,7 @@ attributes: {{STREAMING_WINDOW_SIZE_MILLIS: 200, CHECKPOINT_WINDOW_COUNT: 5, PRO
 operators:
   reader: {{class: "stram.connectors.kafka:KafkaInput", partitions: {partitions},
            properties: {{bootstrap_servers: "{servers}", topics: "{in_topic}", stop_at: latest, value_format: str}}}}
-  tag: {{class: "bench.bench_kafka:Tag"}}
+  tag: {{class: "bench.kafka.bench_kafka:Tag"}}
   out: {{class: "stram.connectors.kafka:KafkaOutput",
         properties: {{bootstrap_servers: "{servers}", topic: "{out_topic}", value_format: str}}}}
 streams:
@@ -156,11 +129,11 @@ streams:
 
 
 def run_spark(ck: Any, servers: str, n: int, in_topic: str, cores: int) -> dict[str, Any]:
-    """The same pipeline in Spark Structured Streaming (bench/spark_kafka.py, in its own process)."""
+    """The same pipeline in Spark Structured Streaming (:mod:`bench.kafka.spark_kafka`, in its own process)."""
     out_topic = f"bench-out-{uuid.uuid4().hex[:6]}"
     create_topic(ck, servers, out_topic, 2)
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "bench.spark_kafka", "--servers", servers, "--input", in_topic,
+    proc = subprocess.run([sys.executable, "-m", "bench.kafka.spark_kafka", "--servers", servers, "--input", in_topic,
                            "--output", out_topic, "--cores", str(cores)], cwd=ROOT,
                           env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True)
     wall = time.monotonic() - started
@@ -178,7 +151,7 @@ def run_spark(ck: Any, servers: str, n: int, in_topic: str, cores: int) -> dict[
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.kafka.bench_kafka", description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--partitions", type=int, default=2, help="KafkaInput partitions (default 2)")
     ap.add_argument("--mode", choices=["exactly_once", "at_least_once", "both"], default="both",
@@ -191,7 +164,7 @@ def main() -> int:
     if not systems or set(systems) - {"stram", "spark"}:
         ap.error(f"--systems takes stram and/or spark, not {args.systems!r}")
     if args.setup or "spark" in systems:
-        from bench.spark_kafka import ensure_jars
+        from bench.kafka.spark_kafka import ensure_jars
         ensure_jars()
         if args.setup:
             return 0
@@ -220,11 +193,12 @@ def main() -> int:
             for r in results:
                 print(f"{'stram/spark':>14}: {r['mode']}: rate x{r['rate'] / s['rate']:.2f}, "
                       f"wall time with start-up x{r['wall_s'] / s['wall_s']:.2f}")
-        print("command: python bench/bench_kafka.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+        print("command: python -m bench.kafka.bench_kafka " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
     finally:
         stop_broker(state)
         shutil.rmtree(state, ignore_errors=True)
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

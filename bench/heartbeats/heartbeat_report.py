@@ -1,4 +1,4 @@
-"""The heartbeat load harness's report (bench/bench_heartbeats.py): its figures as lines, and the
+"""The heartbeat load harness's report (:mod:`bench.heartbeats.bench_heartbeats`): its figures as lines, and the
 steady state's slow seconds."""
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ SLOW_SHARE, SLOW_MS = 0.01, 100
 def slow_seconds(by_second: dict[int, list[float]]) -> list[int]:
     """The seconds of the steady state (from its start) that were slow: where the p99 comes from.
     Slow seconds CHECKPOINT_WINDOW_COUNT windows apart are the operators' checkpoints, reported by
-    every container within one interval (heartbeats that carry one cost the master about twice
-    as much: ``bench/profile_heartbeats.py`` prints both)."""
+    every container within one interval (heartbeats that carry one cost the master more:
+    ``python -m bench.heartbeats.profile_heartbeats`` prints both)."""
     return [s for s, lats in sorted(by_second.items())
             if sum(lat > SLOW_MS / 1000 for lat in lats) > SLOW_SHARE * len(lats)]
 
 
 def report(r: dict[str, Any]) -> None:
-    """Print one configuration's figures (:func:`bench.bench_heartbeats.measure`): lines for a
+    """Print one configuration's figures (:func:`bench.heartbeats.bench_heartbeats.measure`): lines for a
     reader, then one line of ``name=value`` figures."""
     print(f"{r['containers']} containers x {r['operators'] // r['containers']} operators, {r['seconds']}s: "
           f"heartbeat RPC p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms, max {r['max_ms']} ms; "

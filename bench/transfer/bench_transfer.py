@@ -1,43 +1,14 @@
 """Tuples per second between two operators over each stream path (run on demand).
 
-    python bench/bench_transfer.py [--tuples N] [--only TEXT]
-    python bench/bench_transfer.py --tls [--repeat R]   # buffer-server paths, TLS off and on
+    python -m bench.transfer.bench_transfer [--tuples N] [--only TEXT]
+    python -m bench.transfer.bench_transfer --tls [--repeat R]   # buffer-server paths, TLS off and on
 
-Launches real local applications (master, agents, buffer servers) with a
-BlastSource feeding a CountSink (per-tuple operators, then batch operators:
-``emit_batch`` and ``process_batch``) over THREAD_LOCAL, CONTAINER_LOCAL and
-separate-container (buffer server) streams, for 64-byte and 4 KiB strings and
-Arrow batches of 64-byte rows (1,000 and 10,000 to a batch, each in new
-memory, as a real source makes them; and 10,000 to a batch from a ring of 64
-distinct batches, 41 MB, more than the caches hold: the transfer path alone,
-since a source that copies each batch into new pages spends most of its thread
-on that, 56% of its samples at 10,000 rows), and prints tuples/s and the containers'
-peak RSS. Rates are measured at the sink, from its first to its last tuple. For
-4 KiB strings and Arrow rows the rate in MB/s is printed beside plain TCP on
-127.0.0.1 between two Python processes (sending and receiving in the buffer
-server's sizes), measured in the same run. By default
-no window is committed during a run, so a buffer-server publisher keeps
-everything it sent and spills what exceeds ``BUFFER_MEMORY_MB`` (512) to disk
-on the way. For the 4 KiB and Arrow paths (1.2 GB and 0.8 GB) the least it
-spilled is printed beside the rate of plain file writes on the same file
-system, which bounds these paths on a machine whose disk is slower than its
-loopback. ``--checkpoint-windows N`` checkpoints every N windows (of 200 ms)
-instead, so that committed windows are purged during the run, as they are in
-an application that runs for long. A publisher keeps every window until it is
-committed, and a window is committed a checkpoint period plus up to two
-heartbeat intervals (500 ms) after it ends: at 1 GB/s that is more than the
-512 MB a publisher holds in memory, so these paths spill even while windows are
-committed. ``--buffer-memory-mb MB`` sets ``BUFFER_MEMORY_MB`` (2048 holds the
-commit lag of ``--checkpoint-windows 2`` at these rates: the path without
-spilling, beside loopback TCP as before). ``--lag-mb MB`` sets ``BUFFER_LAG_MB``,
-the buffer server's flow control (default 64: a publisher stays at most that far
-ahead of a subscriber that reads; 0: none, so a source faster than its sink
-runs ahead, holding or spilling its lead, and finishes first, which leaves the
-sink more of the cores on a small machine).
-
-``--tls`` runs only the buffer-server paths, each with the application's TLS
-off and on in turn (``R`` rounds, interleaved), and prints the median rates
-and their ratio.
+Launches real local applications, a BlastSource feeding a count sink over THREAD_LOCAL,
+CONTAINER_LOCAL and buffer-server streams (per-tuple and batch operators, strings and Arrow
+batches), and prints tuples/s at the sink and the containers' peak RSS; the bytes paths also
+in MB/s beside loopback TCP measured in the same run, since that bounds them, and beside
+plain file writes where the buffer server spills. What each case and option is, and the
+latest figures: bench/README.md.
 """
 
 from __future__ import annotations
@@ -56,7 +27,8 @@ import psutil
 
 from stram.common.attributes import default as attribute_default
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+#: The repository: the applications are launched from it (their operators are ``bench.bench_ops``).
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 SPEC = """
 name: bench-{name}
@@ -176,7 +148,8 @@ def disk_write_rate(total: int = 1 << 30, chunk: int = 1 << 20) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.transfer.bench_transfer",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--tuples", type=int, default=3_000_000, help="64-byte tuples per run")
     parser.add_argument("--tls", action="store_true", help="buffer-server paths only, TLS off and on side by side")
     parser.add_argument("--repeat", type=int, default=3, help="rounds of --tls (default 3)")

@@ -1,31 +1,13 @@
 """Benchmark: the clickstream aggregation fed through stram versus a plain Spark file-source job.
 
-Run on demand (not a test)::
+    python -m bench.spark.bench_spark [--rates 2000,20000] [--seconds 30] [--warmup 30] [--only stram|plain]
 
-    python bench/bench_spark.py [--rates 2000,20000] [--seconds 30] [--warmup 30]
-
-For every offered rate it runs, on this machine and one after the other:
-
-(a) **stram**: ``specs/clickstream.yaml`` launched locally: the generator emits
-    the click log at the rate (event time = emission time), two parse/filter
-    partitions, and the SparkPipeline reading their buffer servers through the
-    ``stram`` source;
-(b) **plain Spark**: a writer process puts the same lines, half a second's worth
-    at a time, into text files; a Structured Streaming query in this process
-    reads them with the file source and parses and filters them in Spark.
-
-Both run the same aggregation (:func:`specs.clickstream_pipeline.aggregate`,
-page views and distinct users per page per ``--window`` seconds with an equal
-watermark) into a Parquet file sink, with the same Spark settings
-(:func:`stram.spark.get_session`) and a 500 ms trigger. A window's row can
-only appear once an event ``watermark`` seconds past the window's end was
-emitted; *latency* is the time from that event's emission to the row being
-committed in the sink (the sink log's file time). *Sustained events/s* is the
-offered rate divided by the least-squares slope of the windows' commit times
-over their event times (the rate itself when the pipeline keeps up, less when
-its latency grows: it falls behind). Windows closing in the first ``--warmup``
-seconds (JVM start, first batch) and those closed only by the final flush are
-left out. Ratios are stram / plain Spark.
+Per offered rate, one after the other: ``specs/clickstream.yaml`` launched locally (the
+generator, two parse/filter partitions, the SparkPipeline reading their buffer servers), and a
+plain Structured Streaming job reading the same lines from files; both run the same aggregation
+into a Parquet sink. It prints the sustained events/s and the latency of the windows' rows, and
+the ratios stram / plain Spark: what feeding Spark through stram costs or gains. How both are
+measured, and the latest figures: bench/README.md.
 """
 
 from __future__ import annotations
@@ -41,11 +23,10 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from specs.clickstream_ops import events, flush_line
 
-from specs.clickstream_ops import events, flush_line  # noqa: E402
-from stram.common import fs  # noqa: E402
+#: The repository: the launches' working directory (specs/ lies there).
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 #: Lines in the logs: ``<ISO time> user=u00042 page=/p/007 action=view agent=Mozilla/5.0``.
 LINE_PATTERN = r"^(\S+) user=(\S+) page=(\S+) action=(\S+) agent=(\S+)$"
@@ -194,7 +175,7 @@ def run_plain(rate: int, seconds: float, warmup: float, window: int, out: str, w
 # ---------------------------------------------------------------- main
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.spark.bench_spark", description=__doc__.split("\n")[0])
     parser.add_argument("--rates", default="2000,20000", help="offered events/s, comma separated")
     parser.add_argument("--seconds", type=float, default=30.0, help="measured seconds per run")
     parser.add_argument("--warmup", type=float, default=30.0, help="seconds left out at the start of a run")

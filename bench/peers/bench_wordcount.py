@@ -1,22 +1,13 @@
 """Wall time of the word count over Moby-Dick ×N, in one container and across containers (run on demand).
 
-    python bench/bench_wordcount.py [--repeat 20] [--runs 3] [--layouts one,split] [--compare DIR]
+    python -m bench.peers.bench_wordcount [--repeat 20] [--runs 3] [--layouts one,split] [--compare DIR]
 
-Writes ``specs/data/moby-dick.txt`` repeated ``--repeat`` times (×20 ≈ 24 MB,
-4.3M words) to a temporary directory, launches ``specs/wordcount.yaml`` on it
-with no cap on lines per window, checks the output exact against a direct
-count (``[a-z0-9]+`` in the lower-cased text), and prints the median wall
-time of the whole ``stram launch`` (start-up included) and the peaks of the RSS
-and of the PSS summed over the application's processes, beside a plain Python
-loop (the floor). Summed RSS counts a shared library once per process (grpc's
-in the master and the container); PSS shares each shared page out among the
-processes that map it, so its sum is the memory the run took.
-
-Layouts: ``one`` (every stream CONTAINER_LOCAL: one container), ``split``
-(split and count in separate containers, count ×2, EXACTLY_ONCE).
-``--compare DIR`` also runs each layout from another checkout of stram (say, a
-``git worktree`` of an older commit), interleaved with this one's runs, so
-that both see the same machine load.
+Launches ``specs/wordcount.yaml`` on Moby-Dick repeated ``--repeat`` times, checks the output
+exact against a direct count, and prints the median wall time of the whole ``stram launch``
+(start-up included) and the peaks of the summed RSS and PSS of the application's processes,
+beside a plain Python loop (the floor); ``--compare DIR`` runs another checkout beside this one,
+interleaved, to tell a change's effect under the same machine load. Layouts, memory figures and
+the latest figures: bench/README.md.
 """
 
 from __future__ import annotations
@@ -36,7 +27,8 @@ from collections import Counter
 
 import psutil
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+#: The repository: the launches' working directory, and where specs/ lies.
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 LAYOUTS = {
     "one": ["-D", "streams.lines.locality=CONTAINER_LOCAL", "-D", "streams.words.locality=CONTAINER_LOCAL",
@@ -135,7 +127,7 @@ def run_loop(text: str, want: Counter) -> tuple[float, int, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.peers.bench_wordcount", description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=20, help="copies of Moby-Dick in the input")
     parser.add_argument("--runs", type=int, default=3, help="interleaved runs per system (median printed)")
     parser.add_argument("--layouts", default="one,split", help="comma-separated: one, split")

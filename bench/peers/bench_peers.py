@@ -1,35 +1,15 @@
 """The word count on stram beside its peers, on the same machine (run on demand).
 
-    python bench/bench_peers.py --setup            # once: Bytewax, PySpark and PyFlink in their own venvs
-    python bench/bench_peers.py [--repeat 20] [--runs 3] [--systems loop,one,split,bytewax,spark,flink]
+    python -m bench.peers.bench_peers --setup            # once: Bytewax, PySpark and PyFlink in their own venvs
+    python -m bench.peers.bench_peers [--repeat 20] [--runs 3] [--systems loop,one,split,bytewax,spark,flink]
 
-The word count of issue 18: ``[a-z0-9]+`` in the lower-cased text of
-``specs/data/moby-dick.txt`` repeated ``--repeat`` times (×20 ≈ 24 MB, 4.3M
-words), run by
-
-* ``loop``: a plain Python loop (``Counter`` and ``re.findall``), the floor;
-* ``one`` / ``split``: stram in one container, and split and count in
-  separate containers (count ×2), see ``bench/bench_wordcount.py``;
-* ``bytewax``: Bytewax (``flat_map`` then ``count_final``), one worker;
-* ``spark``: PySpark Structured Streaming (``readStream.text``, native
-  ``regexp_extract_all``, ``groupBy().count()``, ``availableNow``);
-* ``flink``: Flink SQL through PyFlink 2.x, JVM operators only (the
-  ``filesystem`` connector's ``raw`` lines, ``REGEXP_EXTRACT_ALL`` unnested,
-  ``GROUP BY``), parallelism 2, in batch execution: in streaming mode Flink
-  sends every count's every update to the client, which is the test of the
-  client, not of Flink.
-
-Every system's counts are checked exact against a direct count; runs are
-interleaved (each round runs every system once) and the medians of the whole
-process time (start-up included) and the peaks of the process tree's summed RSS
-and PSS (shared pages shared out: bench_wordcount) are printed with the ratio to
-stram in one container. The peers are not stram dependencies: ``--setup``
-installs each into its own virtual environment under ``--venvs``; a system
-whose venv is missing is skipped, saying so.
-
-The loop and stram rows share bench_wordcount's code. Bytewax 0.21, PySpark
-(the newest 3.5–4.x from PyPI) and PyFlink (2.x: ``REGEXP_EXTRACT_ALL`` came in
-2.0; about 850 MB) run from their own venvs; every output is checked exact.
+The word count of :mod:`bench.peers.bench_wordcount` (whose code runs the ``loop``, ``one`` and
+``split`` rows) on Bytewax, PySpark Structured Streaming and Flink SQL, every output checked
+exact, runs interleaved, medians of the wall time (start-up included) and peaks of the summed
+RSS and PSS printed with the ratio to stram in one container. The peers are not stram
+dependencies: ``--setup`` installs each into its own virtual environment under
+``$STRAM_BENCH_VENVS``; a system whose venv is missing is skipped. Each system's program, and
+the latest figures: bench/README.md.
 """
 
 from __future__ import annotations
@@ -47,8 +27,7 @@ from collections import Counter
 
 import psutil
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import bench_wordcount as wc  # noqa: E402
+from bench.peers import bench_wordcount as wc
 
 #: Where --setup puts the peers' virtual environments.
 VENVS = pathlib.Path(os.environ.get("STRAM_BENCH_VENVS", pathlib.Path.home() / ".cache" / "stram-bench" / "venvs"))
@@ -150,7 +129,7 @@ def run_peer(name: str, text: str, want: Counter) -> tuple[float, int, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.peers.bench_peers", description=__doc__.splitlines()[0])
     parser.add_argument("--setup", action="store_true", help="install the peers into their own venvs and exit")
     parser.add_argument("--repeat", type=int, default=20, help="copies of Moby-Dick in the input")
     parser.add_argument("--runs", type=int, default=3, help="interleaved rounds (medians printed)")

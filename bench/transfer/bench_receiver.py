@@ -1,14 +1,12 @@
 """Benchmark: records/s from a local TCP source through a SocketTextReceiver, with and without the WAL.
 
-Run on demand (not a test)::
+    python -m bench.transfer.bench_receiver [--lines 1000000] [--line-bytes 40]
 
-    python bench/bench_receiver.py [--lines 1000000] [--line-bytes 40]
-
-Each configuration launches a real local application (master, containers,
-buffer server): ``rx`` (SocketTextReceiver) → ``count`` (CountingSink, in
-another container). A TCP server sends ``--lines`` lines as fast as the
-receiver takes them; the rate is lines / (time the count reached ``--lines``
-- time the source accepted the connection), so start-up is not counted.
+Each configuration launches a real local application: ``rx`` (SocketTextReceiver) -> ``count``
+(CountingSink, in another container). A TCP server sends ``--lines`` lines as fast as the
+receiver takes them; the rate is lines / (time the count reached ``--lines`` - time the source
+accepted the connection), so start-up is not counted. It tells what the receiver's write-ahead
+log costs. Latest figures: bench/README.md.
 """
 
 from __future__ import annotations
@@ -16,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pathlib
 import socket
 import subprocess
 import sys
@@ -24,11 +23,10 @@ import threading
 import time
 from typing import Any, Optional
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+from stram.operator import InputPort, Operator
 
-from stram.operator import InputPort, Operator  # noqa: E402
+#: The repository: the applications are launched from it (their sink is this module's CountingSink).
+ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 
 
 class CountingSink(Operator):
@@ -98,7 +96,7 @@ def run(label: str, lines: int, line_bytes: int, wal: bool, tmp: str) -> dict[st
         "operators": {
             "rx": {"class": "stram.receivers:SocketTextReceiver",
                    "properties": {"host": "127.0.0.1", "port": source.port}},
-            "count": {"class": "bench.bench_receiver:CountingSink", "properties": {"expect": lines}},
+            "count": {"class": "bench.transfer.bench_receiver:CountingSink", "properties": {"expect": lines}},
         },
         "streams": {"lines": {"from": "rx.output", "to": ["count.input"]}},
     }
@@ -134,7 +132,7 @@ def run(label: str, lines: int, line_bytes: int, wal: bool, tmp: str) -> dict[st
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.transfer.bench_receiver", description=__doc__.split("\n")[0])
     parser.add_argument("--lines", type=int, default=1_000_000)
     parser.add_argument("--line-bytes", type=int, default=40)
     args = parser.parse_args(argv)

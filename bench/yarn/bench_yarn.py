@@ -1,24 +1,13 @@
 """stram on YARN: submit -> first processed window, and recovery after a container kill beside local.
 
     eval "$(./scripts/minicluster start)"      # or any cluster: HADOOP_CONF_DIR set
-    python bench/bench_yarn.py [--submits 3] [--kills 3]
+    python -m bench.yarn.bench_yarn [--submits 3] [--kills 3]
 
-Without HADOOP_CONF_DIR the bench starts the repository's mini cluster
-(``./scripts/minicluster``) in a private directory and stops it at the end.
-
-Submit: ``stram launch --yarn --detach`` of the word count (input on HDFS) is
-timed from the command's start to (1) the command returning (YARN accepted
-the application), (2) the master's admin API answering through the
-ResourceManager's web proxy, (3) every operator ACTIVE, (4) the first window
-processed by the sink-side operator (``count``). Polled every 50 ms.
-
-Recovery: the same word count (slow reader, 100 ms windows, heartbeats every
-100 ms, checkpoints every 10 windows), on YARN and on the local launcher,
-alternated; the ``count`` operator's container process is SIGKILLed, and the
-time runs until the redeployed ``count`` reports a window after its recovery
-checkpoint. On YARN the exit travels NodeManager -> ResourceManager -> Skein's
-application master -> the stram master's poll; locally the master sees its
-child exit. Medians and their ratio are printed.
+Without HADOOP_CONF_DIR the bench starts the repository's mini cluster (``./scripts/minicluster``)
+in a private directory and stops it at the end. It times a word count's ``stram launch --yarn``
+from the command to its first processed window, and its recovery from a container kill on YARN
+beside the local launcher, alternated: what YARN adds to a launch and to a recovery. The steps
+timed, and the latest figures: bench/README.md.
 """
 
 from __future__ import annotations
@@ -36,11 +25,11 @@ import time
 import uuid
 from typing import Any, Callable
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from stram.client.adminhttp import request_json as _request_json
+from stram.common.errors import StramError
 
-from stram.client.adminhttp import request_json as _request_json  # noqa: E402
-
+#: The repository: where specs/ and scripts/minicluster lie, and the launches' working directory.
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 #: admin base URL -> the application's token (the admin API refuses calls without it).
 TOKENS: dict[str, str] = {}
 
@@ -48,7 +37,7 @@ TOKENS: dict[str, str] = {}
 def request_json(url: str, path: str, *args: Any, **kwargs: Any) -> Any:
     """:func:`stram.client.adminhttp.request_json` with the token of the application at ``url``."""
     return _request_json(url, path, *args, token=TOKENS.get(url), **kwargs)
-from stram.common.errors import StramError  # noqa: E402
+
 
 MOBY = ROOT / "specs" / "data" / "moby-dick.txt"
 WORDCOUNT = ROOT / "specs" / "wordcount.yaml"
@@ -187,7 +176,7 @@ def recoveries(cluster: Cluster, on_yarn: bool, kills: int) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.yarn.bench_yarn", description=__doc__.splitlines()[0])
     parser.add_argument("--submits", type=int, default=3, help="submissions timed (default 3)")
     parser.add_argument("--kills", type=int, default=3, help="container kills per launcher (default 3)")
     args = parser.parse_args()

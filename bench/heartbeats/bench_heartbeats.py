@@ -1,80 +1,15 @@
 """The master under heartbeat load: C containers x K operators of simulated agents over real gRPC.
 
-    python bench/bench_heartbeats.py                      # 100x10, 500x10, 2000x10 for 60 s each
-    python bench/bench_heartbeats.py --containers 2000 --operators 10 --seconds 120
-    python bench/bench_heartbeats.py --profile            # also a cProfile of the master
-    python bench/bench_heartbeats.py --containers 2000 --operators 10 --seconds 40 --restart-at 20
+    python -m bench.heartbeats.bench_heartbeats             # 100x10, 500x10, 2000x10 for 60 s each
+    python -m bench.heartbeats.bench_heartbeats --containers 2000 --operators 10 --seconds 120
+    python -m bench.heartbeats.bench_heartbeats --profile   # also a cProfile of the master
+    python -m bench.heartbeats.bench_heartbeats --containers 2000 --operators 10 --seconds 40 --restart-at 20
 
-The master is the production one in its own process: the real gRPC server,
-dispatcher, state, journal (on the local file system) and admin API; only its
-launcher starts no processes: it writes each container it launches to a file
-that the harness's agent processes follow. Each agent process (``--procs``,
-default 2) runs one ``grpc.aio`` channel and a task per simulated container:
-GetInitContext, then a heartbeat every interval the master asks for (over one
-``HeartbeatStream`` call, as agents do; ``--unary``: ProcessHeartbeat calls), with
-per-window stats of its operators (input and output port counts, windows
-advancing in real time, a saved checkpoint every CHECKPOINT_WINDOW_COUNT
-windows, ``--checkpoint-windows``), deploys and undeploys as the responses say.
-The heartbeats are the messages a real agent sends, written straight to
-protobuf's wire format (:mod:`bench.heartbeat_wire`: a third of the
-protobuf library's time, on the cores the master is measured on). With ``--lose-every
-S`` an agent process lets one of its containers die every S seconds (the
-launcher reports its exit; the master redeploys its operators in a new one).
-
-Each configuration prints heartbeat RPC latency p50/p99/max (measured by the
-agents), heartbeats/s, the master's CPU (of its process, apart from the
-harness's) and peak RSS, the CPU per heartbeat of the master and of the
-simulated agents (``master_ms_per_hb``, ``harness_ms_per_hb``), time and
-bytes per journal write, time per committed-window update, heartbeat
-timeouts the master declared, the admin
-API's ``operators`` page time (read every 5 s once the deploy is over, so that the
-deploy's time is the master's own; ``--admin-every``), and a last line of ``name=value`` figures.
-``steady_p50_ms``/``steady_p99_ms`` count only the heartbeats begun once
-every operator was ACTIVE; ``steady_slow_s`` counts the seconds of that steady
-state (``steady_s`` of them) in which over 1% of the heartbeats begun took over
-100 ms, and the report lists when they came (``CHECKPOINT_WINDOW_COUNT``
-windows apart: the checkpoints); ``master_answer_ms_*`` is a heartbeat's time from
-its arrival to its answer inside the master (what its pacer sees), apart from
-the harness and the transport (``steady_master_answer_ms_*``: of the answers
-given once every operator was ACTIVE; beside ``steady_p99_ms`` it tells the
-master's delays from the agents' own); ``interval_ms`` is the heartbeat interval the
-master asked for at the end (:mod:`stram.master.core.pacing` stretches it while its
-answers queue, up to ``--max-interval-ms``; ``--max-interval-ms 1000`` keeps
-it at the configured 1 s).
-
-``gc_*`` figures are the master's cyclic garbage collections while it ran
-(each one pauses every thread of the master): how many of each generation
-(``gc_young``: generation 0; ``gc_gen1``; ``gc_full``: generation 2, the
-full collection of ``tune_gc`` at start included) and the longest pause of
-each kind; ``gc_steady_*`` only those once every operator was ACTIVE. The
-collection of the interpreter's exit is not counted.
-
-Plan size (issue 16, item 3): ``deploy_s`` is measured in the master's process
-(:func:`bench.heartbeat_master.watch`): seconds from when planning begins (the
-AppMaster's construction, after the interpreter started and imported stram;
-``deploy_from_process_start_s`` counts from the process's start) until every
-operator of the plan is ACTIVE and every container RUNNING and heard from. It
-includes the agents' side of deploying: they start at random moments within
-the first heartbeat interval and report an operator ACTIVE in a heartbeat
-sent at once after the one that deployed it, as a real agent does. The application's directory is
-``$STRAM_HOME/apps/<APP_ID>`` under a temporary ``STRAM_HOME``, with the token
-where ``stram launch`` keeps it, so the real CLI finds it: once every operator
-is ACTIVE, ``list_operators_s`` is the wall time of ``stram list-operators
-APP`` (``python -m stram.client.cli``, the ``stram`` entry point, in a new
-interpreter; its rows in ``list_operators_rows``).
-
-Restart (issue 16, item 4): ``--restart-at S`` SIGKILLs the master after S
-seconds (and not before every operator is ACTIVE) and starts its next attempt from the same directory and journal
-(``--master`` again; the attempt number comes from the journal, as with the
-supervisor). The launcher then records a pid and start time per launch, which
-the master journals, and the new attempt adopts the simulated containers
-only as those processes, as LocalLauncher does; the agents report that pid
-and, when a call fails UNAVAILABLE, re-read ``heartbeatUri`` and back off as
-a real agent does. ``restart_resume_s``: from the new process's start until
-every container is RUNNING and heard from by the new attempt and every
-operator ACTIVE; ``relaunched``: containers it launched until then (0 when
-every one was adopted); ``p99_after_restart_ms``: heartbeats begun after the
-kill. The journal figures are then the second attempt's alone.
+The production master (gRPC server, dispatcher, state, journal, admin API) runs in its own
+process; only its launcher starts nothing: agent processes of this harness follow what it
+launches and heartbeat for every container as real agents do. It tells whether a master keeps
+up with thousands of containers, and where its time goes when it does not. What each printed
+figure means, and the latest figures: bench/README.md.
 """
 
 from __future__ import annotations
@@ -98,11 +33,13 @@ import time
 import zlib
 from typing import Any
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.heartbeats import heartbeat_master, heartbeat_report
+from bench.heartbeats.heartbeat_wire import SimContainer
 
-from bench import heartbeat_master, heartbeat_report  # noqa: E402
-from bench.heartbeat_wire import SimContainer  # noqa: E402
+#: The repository: the master's and the agents' working directory.
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+#: This module, run again as the master's process (``--master``) and the agent processes (``--agents``).
+MODULE = "bench.heartbeats.bench_heartbeats"
 
 #: Partitions per chain of the generated DAG (the spec allows at most 256 per operator).
 CHAIN_WIDTH = 250
@@ -125,7 +62,7 @@ def spec_yaml(containers: int, operators: int, interval_ms: int, window_ms: int,
     for c, width in enumerate(widths):
         for k in range(operators):
             cls = "Source" if k == 0 else "Relay"
-            lines.append(f"  c{c}o{k}: {{class: 'bench.heartbeat_ops:{cls}', partitions: {width}}}")
+            lines.append(f"  c{c}o{k}: {{class: 'bench.heartbeats.heartbeat_ops:{cls}', partitions: {width}}}")
     lines.append("streams:")
     for c in range(chains):
         for k in range(operators - 1):
@@ -140,7 +77,7 @@ def run_master(app_dir: str, profile: bool, adopt: bool) -> int:
     """``--master``: the production AppMaster with a launcher that only writes what it launches.
 
     ``adopt`` (with ``--restart-at``): the launcher records a pid and start time per launch and
-    adopts containers as LocalLauncher does (:func:`bench.heartbeat_master.adopting`).
+    adopts containers as LocalLauncher does (:func:`bench.heartbeats.heartbeat_master.adopting`).
     """
     import logging
 
@@ -296,7 +233,8 @@ def run_master(app_dir: str, profile: bool, adopt: bool) -> int:
 
 
 def _gc_figures(collections: list[tuple[float, int, float]], deployed_at: float | None) -> dict[str, float]:
-    """The garbage collector's pauses in the master (see the module's doc)."""
+    """The garbage collector's pauses in the master: per generation how many and the longest, and
+    those once every operator was ACTIVE (the ``gc_*`` figures, bench/README.md)."""
     figures: dict[str, float] = {}
     for name, generation in (("gc_young", 0), ("gc_gen1", 1), ("gc_full", 2)):
         pauses = [s for _, gen, s in collections if gen == generation]
@@ -480,7 +418,7 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
             f.write(token)
     open(os.path.join(sim, "launched"), "w").close()
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    me = [sys.executable, os.path.abspath(__file__)]
+    me = [sys.executable, "-m", MODULE]
     master = heartbeat_master.MasterProcess(
         [*me, "--master", app_dir] + (["--profile"] if profile else []) + (["--adopt"] if restart_at else []),
         env, str(ROOT), sim)
@@ -612,10 +550,9 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
 def read_operators_page(url: str, token: str) -> int:
     """Read the admin API's ``operators`` page as a client on another machine would; its rows.
 
-    The body is not parsed: json.load of its 9 MB (20,000 operators) took 0.2-0.4 s of CPU in
-    this process, on the two cores the master and the simulated agents share, and heartbeats
-    queued behind it (15 of 37 slow seconds in the steady state with the page read every 5 s,
-    2 of 37 without reading it). A client of the console runs elsewhere."""
+    The body is not parsed: parsing it here cost CPU on the cores the master and the simulated
+    agents share, and heartbeats queued behind it (bench/README.md has the figures). A client of
+    the console runs elsewhere."""
     import urllib.request
     req = urllib.request.Request(url.rstrip("/") + "/ws/v2/stram/operators",
                                  headers={"Authorization": f"Bearer {token}"})
@@ -631,7 +568,8 @@ def _round(value: float | None, digits: int = 2) -> float | None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.heartbeats.bench_heartbeats",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--containers", type=int, help="containers (default: 100, 500 and 2000 in turn)")
     parser.add_argument("--operators", type=int, default=10, help="operators per container (default 10)")
     parser.add_argument("--seconds", type=float, default=60, help="seconds of heartbeats per configuration")

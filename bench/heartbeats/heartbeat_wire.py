@@ -1,12 +1,12 @@
 """The simulated agents' containers and their heartbeats, encoded straight to protobuf's wire format.
 
-Built field by field with the protobuf library, a heartbeat of 10 operators cost
-the harness about 90 us (a quarter of its CPU per heartbeat), on the same two
-cores as the master it measures. Most of a heartbeat is the same from one
+Built field by field with the protobuf library, a heartbeat cost the harness a
+large share of its CPU per heartbeat, on the same cores as the master it
+measures (bench/README.md has the figure). Most of a heartbeat is the same from one
 operator and one window to the next: the port stats of a window differ only in
 the time, which is the same for the whole heartbeat, and the containers'
 operators report the same windows. :func:`encode_heartbeat` writes each distinct
-piece once per heartbeat and joins them. ``tests/test_bench_heartbeats.py``
+piece once per heartbeat and joins them. ``tests/unit/tools/test_bench_heartbeats.py``
 checks that what it writes parses to the message
 :meth:`SimContainer.heartbeat` builds.
 
@@ -163,6 +163,6 @@ class SimContainer:
                                         memory_mb_used=60, container_stats=stats, sent_millis=now)
 
     def heartbeat_bytes(self, ctx: Any, now: int) -> bytes:
-        """:meth:`heartbeat`, serialized, at a quarter of its cost (:func:`encode_heartbeat`)."""
+        """:meth:`heartbeat`, serialized, for much less CPU (:func:`encode_heartbeat`)."""
         return encode_heartbeat(self.id, self.pid, self.advance(ctx, now), now,
                                                ctx.checkpoint_window_count)

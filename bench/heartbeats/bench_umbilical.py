@@ -1,24 +1,14 @@
 """The umbilical's own cost per heartbeat: the master's gRPC server with no state behind it.
 
-    python bench/bench_umbilical.py --streams 2000 --seconds 20 --interval-ms 1000
-    python bench/bench_umbilical.py --streams 200 --interval-ms 0     # as fast as it answers
+    python -m bench.heartbeats.bench_umbilical --streams 2000 --seconds 20 --interval-ms 1000
+    python -m bench.heartbeats.bench_umbilical --streams 200 --interval-ms 0     # as fast as it answers
 
-The master's real server (``stram.master.umbilical.server``: ``TokenGate`` checking each
-container's credential, ``AsyncUmbilical``, the heartbeats of all streams batched
-by ``_Batches`` into the thread pool) in a process of its own, with a dispatcher
-that answers every heartbeat at once with a fixed response: what a heartbeat
-costs the master before its state sees it. Simulated agents (the containers of
-``bench/bench_heartbeats.py``, ``--operators`` each reporting ``--windows``
-windows per heartbeat) stream heartbeats over ``HeartbeatStream`` from
-``--procs`` processes, each container every ``--interval-ms`` (0: at once after
-its answer).
-
-Prints heartbeats/s, the server process's CPU per heartbeat and in all, the
-agents' CPU per heartbeat, and the mean batch, then one line of ``name=value``
-figures. With ``bench/profile_heartbeats.py`` (the state's CPU per heartbeat,
-without gRPC) and ``bench/bench_heartbeats.py`` (the whole master under load)
-it tells where a master's heartbeat goes. CPU time, not wall time: it holds on
-a loaded machine better than a rate does.
+The master's real server (``stram.master.umbilical.server``) in a process of its own, with a
+dispatcher that answers every heartbeat at once, under simulated containers streaming
+heartbeats over ``HeartbeatStream``: what a heartbeat costs the master before its state sees
+it. With :mod:`bench.heartbeats.profile_heartbeats` (the state's share) and
+:mod:`bench.heartbeats.bench_heartbeats` (the whole master) it tells where a heartbeat's CPU
+goes. CPU time, not wall time. What it prints, and the latest figures: bench/README.md.
 """
 
 from __future__ import annotations
@@ -32,10 +22,7 @@ import sys
 import time
 from typing import Any
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from bench.heartbeat_master import own_cpu_seconds  # noqa: E402
+from bench.heartbeats.heartbeat_master import own_cpu_seconds
 
 TOKEN = "bench-umbilical-" + "0" * 16
 #: The application's windows: ids as the master numbers them (seconds << 32 | index).
@@ -69,7 +56,7 @@ def agents(index: int, port: int, streams: int, operators: int, windows: int, in
     """Process: ``streams`` simulated containers, each on its own HeartbeatStream call."""
     import grpc
 
-    from bench.bench_heartbeats import SimContainer
+    from bench.heartbeats.heartbeat_wire import SimContainer
     from stram import wire as proto
     from stram.common.secret import container_credential
 
@@ -161,7 +148,8 @@ def measure(streams: int, operators: int, windows: int, interval_ms: int, second
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.heartbeats.bench_umbilical",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--streams", type=int, default=2000, help="simulated containers (default 2000)")
     parser.add_argument("--operators", type=int, default=10, help="operators per container (default 10)")
     parser.add_argument("--windows", type=int, default=2,

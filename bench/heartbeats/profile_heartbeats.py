@@ -1,45 +1,29 @@
 """The master's heartbeat path in one process: CPU per heartbeat, no gRPC, no agents.
 
-    python bench/profile_heartbeats.py --containers 500 --operators 10 --rounds 5 [--profile]
-    python bench/profile_heartbeats.py --wide 250 --operators 3    # one connected application
-    python bench/profile_heartbeats.py --containers 2000 --operators 10 --rounds 2 --reads
+    python -m bench.heartbeats.profile_heartbeats --containers 500 --operators 10 --rounds 5 [--profile]
+    python -m bench.heartbeats.profile_heartbeats --wide 250 --operators 3    # one connected application
+    python -m bench.heartbeats.profile_heartbeats --containers 2000 --operators 10 --rounds 2 --reads
 
-Plans the harness's application (bench/bench_heartbeats.py), then handles
-``--rounds`` heartbeats of every container (simulated as the harness's agents
-do, a second of windows apart) through ``MasterState.handle`` and journals
-after each, as the master's dispatcher does. Prints the planning time, the
-first round (deploys, the first snapshot) and the CPU milliseconds per
-heartbeat of the later rounds, also apart for the heartbeats that report a
-saved checkpoint (``checkpoint_ms_per_hb``: every operator's checkpoint moves
-its recovery checkpoint, the committed window and the journal) and the others
-(``plain_ms_per_hb``); ``--profile`` adds the cProfile top functions; ``--reads`` the CPU time of the operators page's
-steps and of a journal snapshot (:func:`reads`).
-CPU time, not wall time: it holds on a loaded machine.
-
-``--wide P`` plans one connected application instead of separate chains:
-``--operators`` stages of ``P`` partitions each, one per container, every
-partition of a stage feeding every partition of the next (so all the
-operators share one recovery checkpoint, and each heartbeat's checkpoints
-are weighed against all of them).
+Plans the load harness's application (:mod:`bench.heartbeats.bench_heartbeats`) and feeds
+``MasterState.handle`` every container's heartbeats round after round, journaling after each as
+the dispatcher does: the state's and the journal's share of a heartbeat, apart from the
+transport's (:mod:`bench.heartbeats.bench_umbilical`). CPU time, not wall time: it holds on a
+loaded machine. What it prints, and the latest figures: bench/README.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
-import os
 import pstats
 import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "bench"))
-
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.heartbeats.profile_heartbeats",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--containers", type=int, default=500)
     parser.add_argument("--operators", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=5)
@@ -49,7 +33,8 @@ def main() -> int:
                         help="also time, after the rounds, what the admin API and the journal's snapshot cost "
                              "the master's interpreter (median CPU ms of 5)")
     args = parser.parse_args()
-    from bench_heartbeats import SimContainer, spec_yaml
+    from bench.heartbeats.bench_heartbeats import spec_yaml
+    from bench.heartbeats.heartbeat_wire import SimContainer
 
     from stram import wire as proto
     from stram.master.core.state import Heartbeat, InitContextRequest, MasterState, Reply, Start
@@ -172,7 +157,7 @@ def wide_yaml(partitions: int, stages: int) -> str:
              "  HEARTBEAT_TIMEOUT_MILLIS: 30000", "operators:"]
     for k in range(stages):
         cls = "Source" if k == 0 else "Relay"
-        lines.append(f"  o{k}: {{class: 'bench.heartbeat_ops:{cls}', partitions: {partitions}}}")
+        lines.append(f"  o{k}: {{class: 'bench.heartbeats.heartbeat_ops:{cls}', partitions: {partitions}}}")
     lines.append("streams:")
     lines += [f"  s{k}: {{from: o{k}.output, to: [o{k + 1}.input]}}" for k in range(stages - 1)]
     return "\n".join(lines) + "\n"

@@ -1,4 +1,4 @@
-"""The Spark Structured Streaming side of bench/bench_kafka.py: Spark's Kafka source and sink, and their jars.
+"""The Spark Structured Streaming side of :mod:`bench.kafka.bench_kafka`: Spark's Kafka source and sink, and their jars.
 
 PySpark ships without the Kafka connector. :func:`ensure_jars` fetches it once
 with Maven (``mvn dependency:copy-dependencies`` on
@@ -12,7 +12,7 @@ pom asks for 4.2.0, which runs on PySpark 4.3.0 for this job (source, sink,
 Run as a program (by the bench, in its own process so that its wall time
 includes the JVM's start-up)::
 
-    python -m bench.spark_kafka --servers HOST:PORT --input TOPIC --output TOPIC [--cores 2]
+    python -m bench.kafka.spark_kafka --servers HOST:PORT --input TOPIC --output TOPIC [--cores 2]
 
 it reads ``--input`` from the earliest offsets, appends ``!`` to each value,
 writes ``--output`` with ``trigger(availableNow=True)`` and prints one JSON line:
@@ -33,7 +33,8 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: The repository: scripts/spark-kafka-jvm/pom.xml lists the connector's jars.
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 POM = os.path.join(ROOT, "scripts", "spark-kafka-jvm", "pom.xml")
 
 
@@ -138,7 +139,7 @@ def run_job(servers: str, input_topic: str, output_topic: str, cores: int) -> di
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.kafka.spark_kafka", description=__doc__.split("\n\n")[0])
     ap.add_argument("--servers", required=True)
     ap.add_argument("--input", required=True)
     ap.add_argument("--output", required=True)
