@@ -1,7 +1,7 @@
 """Generate ``stram_pb2.py`` and ``stram_pb2_grpc.py`` from ``stram.proto``.
 
 The one way the generated modules are made: ``python proto/codegen.py``.
-``tests/test_proto.py`` regenerates into a temporary directory and fails if the
+``tests/unit/common/test_proto.py`` regenerates into a temporary directory and fails if the
 committed modules differ.
 """
 

@@ -38,7 +38,7 @@ the public API; import them, and name receivers in specs, from here.
 """
 
 # Not sorted: the operator classes are bound in their old definition order, the order in which
-# a spec naming a missing class here lists "operators there" (tests/test_spec.py pins it).
+# a spec naming a missing class here lists "operators there" (tests/unit/spec/test_spec.py pins it).
 from stram.receivers.blocks import Block, BlockGenerator, GeneratorStopped
 from stram.receivers.operator import ReceiverInputOperator, Receiver
 from stram.receivers.builtin import SocketTextReceiver, DirectoryReceiver
