@@ -2,9 +2,9 @@
 
 ``attributes``, ``errors``
     The attribute table (DAG, operator, port); the error family users see.
-``fs``, ``localfs``, ``apppath``, ``space``
+``fs``, ``localfs``, ``apppath``, ``space``, ``destinations``
     File access (HDFS through ``pyarrow.fs``, local disk), the names under ``APP_PATH``,
-    and writes that wait out a full disk.
+    writes that wait out a full disk, and output destinations no one else controls.
 ``tls``, ``secret``, ``kerberos``
     TLS contexts, secrets from private files, renewed Kerberos tickets.
 ``logsetup``, ``logs``, ``stacks``

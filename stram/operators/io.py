@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import orjson
 
-from stram.common import fs, space
+from stram.common import destinations, fs, space
 from stram.operator import (FatalError, InputOperator, InputPort, Operator, OperatorContext, OutputPort,
                             ShutdownException)
 
@@ -216,21 +216,21 @@ class JsonLinesOutput(Operator):
         self._dir = fs.join(self.path, self._name) if self._exactly_once else self.path
         try:
             # a local destination someone else controls (or a link planted in it) is refused
-            fs.check_output_dir(self.path)
+            destinations.check_output_dir(self.path)
             fs.makedirs(self._dir)
-            fs.check_output_dir(self._dir)
+            destinations.check_output_dir(self._dir)
             if not self._exactly_once:
                 # At least / at most once: one file per partition, appended to
                 # across restarts (a replay may repeat lines in AT_LEAST_ONCE).
                 uri = fs.join(self.path, f"part-{self._name}.jsonl")
                 filesystem, path = fs.filesystem(uri)
                 if isinstance(filesystem, fs.LocalFileSystem):
-                    os.close(fs.open_own_append(path))  # never through a link, never another's file
+                    os.close(destinations.open_own_append(path))  # never through a link, never another's file
                     self._local = path  # each window appended whole or not at all (see end_window)
                 drop_torn_line(uri)
                 if not self._local:
                     self._out = filesystem.open_append_stream(path)
-        except fs.UnsafeDestination as exc:
+        except destinations.UnsafeDestination as exc:
             raise FatalError(f"JsonLinesOutput {self._name}: {exc}") from None
 
     def begin_window(self, window_id: int) -> None:
@@ -257,7 +257,7 @@ class JsonLinesOutput(Operator):
         elif self._local:
             # a window's lines go in whole or not at all: an append cut short (a full disk) is
             # cut back before the error goes up, so no torn line is left for the next append
-            with open(fs.open_own_append(self._local), "ab", buffering=0) as f:
+            with open(destinations.open_own_append(self._local), "ab", buffering=0) as f:
                 before = os.fstat(f.fileno()).st_size
                 try:
                     view = memoryview(data)

@@ -55,7 +55,8 @@ def start(principal: str | None = None, keytab: str | None = None, timeout: floa
         args += ["--principal", principal]
     if keytab:
         args += ["--keytab", os.path.abspath(keytab)]
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import stram
+    root = os.path.dirname(os.path.dirname(os.path.abspath(stram.__file__)))  # where `import stram` finds it
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     with open(holder_log, "w") as out:
         proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,

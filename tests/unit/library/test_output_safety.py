@@ -13,7 +13,7 @@ import os
 import pytest
 
 from stram import FatalError
-from stram.common import fs
+from stram.common import destinations
 from stram.operator import OperatorContext
 from stram.operators import io
 
@@ -54,7 +54,7 @@ def test_a_link_planted_after_setup_is_refused_at_the_next_window(tmp_path):
     part = out / "part-out-3.jsonl"
     part.unlink()
     part.symlink_to(victim)
-    with pytest.raises(fs.UnsafeDestination, match="symbolic link"):
+    with pytest.raises(destinations.UnsafeDestination, match="symbolic link"):
         write_window(op, 2, [{"a": 2}])
     assert victim.read_bytes() == b"precious\n"
 
