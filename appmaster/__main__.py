@@ -47,9 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     kerberos.keep_ticket()
     prestarted = _prestart_first_container(args, log_dir)  # its start overlaps this one's imports
     from stram.common.errors import StramError
-    from stram.master.process.master import AppMaster, install_signal_handlers
-    from stram.master.spec import AppSpec
     try:
+        from stram.master.process.master import AppMaster, install_signal_handlers
+        from stram.master.spec import AppSpec
         spec_uri = apppath.file(args.app_path, apppath.SPEC)
         spec = AppSpec.from_yaml(fs.read_bytes(spec_uri).decode(), source=spec_uri)
         if args.launcher == "yarn":
@@ -61,15 +61,23 @@ def main(argv: list[str] | None = None) -> int:
         master = AppMaster(spec, args.app_id, args.app_path, token, launcher, tune_gc=True)
     except StramError as exc:  # a bad spec, no YARN container, a journal this stram cannot resume from
         logging.getLogger("stram.master").error("cannot run application %s: %s", args.app_id, exc)
+        _say_why(args.app_path, str(exc))
+        if prestarted is not None:
+            prestarted.release_held()
+        return 1
+    except Exception as exc:  # noqa: BLE001 - a broken installation (an import that fails) and the like
+        logging.getLogger("stram.master").exception("cannot run application %s", args.app_id)
+        _say_why(args.app_path, f"{type(exc).__name__}: {exc}")
         if prestarted is not None:
             prestarted.release_held()
         return 1
     install_signal_handlers(master)
     try:
         state = master.run()
-    except BaseException:  # noqa: BLE001 - never hang on with a live server and nobody deciding
+    except BaseException as exc:  # noqa: BLE001 - never hang on with a live server and nobody deciding
         logging.getLogger("stram.master").exception("application master %s failed; exiting (the next "
                                                  "attempt resumes from the journal)", args.app_id)
+        _say_why(args.app_path, f"{type(exc).__name__}: {exc}")
         try:
             master.stop()
         finally:
@@ -77,6 +85,15 @@ def main(argv: list[str] | None = None) -> int:
             os._exit(1)
     logging.getLogger("stram.master").info("application %s ended %s", args.app_id, state)
     return 0 if state == "SUCCEEDED" else 1
+
+
+def _say_why(app_path: str, reason: str) -> None:
+    """Leave why this attempt ends in ``APP_PATH/master-error.json`` for the local supervisor (best effort)."""
+    import json
+    try:
+        fs.write_atomic(apppath.file(app_path, apppath.MASTER_ERROR), json.dumps({"reason": reason}).encode())
+    except Exception:  # noqa: BLE001 - the log has it; a full disk must not hide the exit
+        pass
 
 
 def _prestart_first_container(args: argparse.Namespace, log_dir: str) -> LocalLauncher | None:

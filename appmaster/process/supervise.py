@@ -6,10 +6,14 @@ without a final state (up to ``max_attempts``). Locally this process does it:
 foreground); it starts the master (``python -m stram.master``), waits for it,
 and when the master exits and ``status.json`` is not final it starts the next
 attempt (which resumes from the journal), up to the spec's
-``MASTER_ATTEMPTS`` (default 2). After the last attempt it stops what is left
-of the application's containers and writes ``status.json`` FAILED with the
-reason. SIGTERM is passed on to the master (which kills the application) and
-no new attempt follows.
+``MASTER_ATTEMPTS`` (default 2, at most 20), waiting longer before each attempt
+that follows a short-lived one (1 s, doubling up to a minute), and saying so in
+``status.json``. After the last attempt it stops what is left of the
+application's containers and writes ``status.json`` FAILED with the reason the
+last attempt gave (``master-error.json``: a corrupt journal names the file and
+what is wrong). SIGTERM is passed on to the master (which kills the
+application), or ends a wait between attempts, and no new attempt follows:
+``stram kill-app`` stops an application whose master is down this way.
 
 ``APP_PATH/supervisor.json`` names this process (pid and start time) for
 :mod:`stram.common.apps`: an application whose supervisor and master are both
@@ -30,12 +34,17 @@ from typing import Any
 import psutil
 
 from stram.common import apppath, fs
-from stram.common.apps import TERMINAL, read_json
+from stram.common.apps import TERMINAL, process_alive, read_json
 
-__all__ = ["DEFAULT_ATTEMPTS", "Supervisor", "start", "main"]
+__all__ = ["DEFAULT_ATTEMPTS", "Supervisor", "start", "kill_without_master", "main"]
 
 #: Master attempts when the spec does not say (YARN's default max_attempts as well).
 DEFAULT_ATTEMPTS = 2
+#: Seconds before the attempt that follows a short-lived one, doubling with each in a row, up to the most.
+FIRST_BACKOFF_SECONDS = 1.0
+MAX_BACKOFF_SECONDS = 60.0
+#: An attempt that ran at least this long was not short-lived: the next one starts at once.
+SHORT_LIVED_SECONDS = 60.0
 
 
 def _process_id(pid: int) -> dict[str, Any]:
@@ -94,6 +103,8 @@ class Supervisor:
         self.attempt = 0
         self.master: subprocess.Popen | None = None
         self.stopping = False
+        #: Short-lived attempts in a row (each doubles the wait before the next).
+        self.short_lived = 0
 
     def status(self) -> dict[str, Any]:
         return read_json(os.path.join(self.app_dir, apppath.STATUS)) or {}
@@ -111,24 +122,65 @@ class Supervisor:
         if self.master is not None and self.master.poll() is None:
             self.master.terminate()
 
+    def last_reason(self) -> str:
+        """What the master that just exited said of why (``master-error.json``, consumed), or ""."""
+        path = os.path.join(self.app_dir, apppath.MASTER_ERROR)
+        doc = read_json(path) or {}
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        return str(doc.get("reason") or "")
+
+    def backoff(self, ran_seconds: float) -> float:
+        """Seconds to wait before the next attempt, after one that ran ``ran_seconds``."""
+        if ran_seconds >= SHORT_LIVED_SECONDS:
+            self.short_lived = 0
+            return 0.0
+        self.short_lived += 1
+        return min(MAX_BACKOFF_SECONDS, FIRST_BACKOFF_SECONDS * 2 ** (self.short_lived - 1))
+
     def run(self) -> str:
         """Attempts until the application ends; its final state."""
         while True:
             self.attempt += 1
+            started = time.monotonic()
             self.master = self.start_master()
             code = self.master.wait()
             state = self.status().get("state")
             if state in TERMINAL:
                 return state
             how = _exit_reason(code)
+            reason = self.last_reason()
+            if reason:
+                how += f": {reason}"
             if self.stopping:
                 return self.give_up("KILLED", f"killed; its master exited ({how}) without a final state")
             if self.attempt >= self.max_attempts:
                 return self.give_up("FAILED", f"the application master exited without a final state in "
                                               f"each of {self.attempt} attempts (last: {how}; "
                                               f"MASTER_ATTEMPTS={self.max_attempts})")
-            _say(f"\nthe application master exited ({how}) without a final state; starting attempt "
-                 f"{self.attempt + 1} of {self.max_attempts}")
+            wait = self.backoff(time.monotonic() - started)
+            note = (f"master attempt {self.attempt} of {self.max_attempts} exited ({how}) without a final "
+                    f"state; attempt {self.attempt + 1} starts" + (f" in {wait:.0f} s" if wait else ""))
+            self.note(note)
+            _say("\n" + note)
+            deadline = time.monotonic() + wait
+            while not self.stopping and time.monotonic() < deadline:
+                time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+            if self.stopping:
+                return self.give_up("KILLED", f"killed between master attempts (the last: {how})")
+
+    def note(self, diagnostics: str) -> None:
+        """Say what happens in a status that is not final (the next master attempt rewrites it)."""
+        status = self.status()
+        status.update(id=self.app_id, diagnostics=diagnostics)
+        status.setdefault("state", "RUNNING")
+        status.setdefault("name", "")
+        try:
+            fs.write_status_file(os.path.join(self.app_dir, apppath.STATUS), json.dumps(status).encode(), local=True)
+        except OSError as exc:
+            _say(f"could not write status.json: {exc}")
 
     def give_up(self, state: str, diagnostics: str) -> str:
         """No master is left: stop the application's containers, write the final status."""
@@ -179,6 +231,30 @@ def stop_containers(app_id: str, grace: float = 5.0) -> int:
         except psutil.Error:
             pass
     return len(procs)
+
+
+def kill_without_master(app_id: str, app_dir: str, timeout: float = 30.0) -> str:
+    """Kill a local application whose master does not answer; what was done, for the user.
+
+    Its supervisor, if it runs, is told (SIGTERM: it ends the master or its wait between
+    attempts, stops the containers and writes KILLED); with no supervisor either, the
+    containers are stopped and KILLED written here.
+    """
+    doc = read_json(os.path.join(app_dir, apppath.SUPERVISOR))
+    if process_alive(doc):
+        try:
+            psutil.Process(int(doc["pid"])).terminate()
+        except psutil.Error:
+            pass
+        else:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if (read_json(os.path.join(app_dir, apppath.STATUS)) or {}).get("state") in TERMINAL:
+                    return "its supervisor stopped it"
+                time.sleep(0.2)
+    supervisor = Supervisor(app_id, app_dir)
+    supervisor.give_up("KILLED", "killed while neither its master nor its supervisor ran")
+    return "stopped its containers (neither its master nor its supervisor ran)"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -199,7 +199,14 @@ def kill_app(args: argparse.Namespace) -> int:
         yarn.kill_app(app["id"])
         print(f"{app['id']} KILLED")
         return 0
-    admin(app, "kill", "POST", {})
+    try:
+        admin(app, "kill", "POST", {})
+    except StramError as exc:  # the master is down (crashing, between attempts) or does not answer
+        if app.get("state") in TERMINAL:
+            raise
+        from stram.master.process import supervise
+        print(f"the master does not answer ({exc}); {supervise.kill_without_master(app['id'], app['app_path'])}",
+              file=sys.stderr)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and find_app(app["id"]).get("state") not in TERMINAL:
         time.sleep(0.2)

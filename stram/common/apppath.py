@@ -27,6 +27,9 @@ ADMIN = "admin.json"
 SUPERVISOR = "supervisor.json"
 #: The application's state, diagnostics and times; terminal once the application ended.
 STATUS = "status.json"
+#: ``{"reason"}``: why a master attempt could not go on (a corrupt journal, a bad spec), written as
+#: it exits, so that whoever starts the next attempt (or gives up) can say why.
+MASTER_ERROR = "master-error.json"
 #: The master's journal directory (a new attempt resumes from it).
 JOURNAL = "journal"
 #: The resolved spec the master runs.

@@ -20,7 +20,7 @@ from typing import Any
 from stram.common import apppath
 from stram.common.errors import UserError
 
-__all__ = ["TERMINAL", "stram_home", "apps_dir", "local_apps", "find_app", "read_json",
+__all__ = ["TERMINAL", "stram_home", "apps_dir", "local_apps", "find_app", "read_json", "process_alive",
            "yarn_configured", "token_path", "write_token", "read_token", "read_certificate"]
 
 #: The states an application never leaves.
@@ -84,7 +84,7 @@ def read_json(path: str) -> dict[str, Any] | None:
         return None
 
 
-def _alive(doc: dict[str, Any] | None) -> bool | None:
+def process_alive(doc: dict[str, Any] | None) -> bool | None:
     """Whether the process a ``{"pid", "started"}`` document names still runs (one that is
     exiting, a zombie, or another process that reuses the pid, does not); None when the
     document names none."""
@@ -108,11 +108,21 @@ def _alive(doc: dict[str, Any] | None) -> bool | None:
 def _master_gone(path: str, status: dict[str, Any], admin: dict[str, Any]) -> bool:
     """True when nothing runs the application any more: its supervisor (which starts new
     master attempts, :mod:`stram.master.process.supervise`) and its master have both exited."""
-    supervisor = _alive(read_json(os.path.join(path, apppath.SUPERVISOR)))
-    master = _alive(admin or ({"pid": status["pid"]} if status.get("pid") else None))
+    supervisor = process_alive(read_json(os.path.join(path, apppath.SUPERVISOR)))
+    master = process_alive(admin or ({"pid": status["pid"]} if status.get("pid") else None))
     if supervisor is None and master is None:
         return False  # starting: nothing written yet
     return not supervisor and not master
+
+
+def _persist(path: str, status: dict[str, Any]) -> None:
+    """Write the final state found for an application nobody runs any more, so that its
+    ``status.json`` stops saying RUNNING (nothing else is left to write it); best effort."""
+    from stram.common import fs
+    try:
+        fs.write_status_file(os.path.join(path, apppath.STATUS), json.dumps(status).encode(), local=True)
+    except OSError:
+        pass
 
 
 def local_apps() -> list[dict[str, Any]]:
@@ -126,13 +136,16 @@ def local_apps() -> list[dict[str, Any]]:
         admin = read_json(os.path.join(path, apppath.ADMIN)) or {}
         if status.get("state") not in TERMINAL and _master_gone(path, status, admin):
             status["state"] = "FAILED"
-            status["diagnostics"] = "the master process exited without a final state"
+            last = status.get("diagnostics")
+            status["diagnostics"] = ("the master process and its supervisor exited without a final state"
+                                     + (f" (last said: {last})" if last else ""))
+            _persist(path, status)
         status.setdefault("id", app_id)
         status["app_path"] = path
         status_url = status.get("admin_url", "")
         status["admin_url"] = admin.get("url", "")
         if status_url and status_url != status["admin_url"] and status.get("state") not in TERMINAL \
-                and not _alive(admin) and _alive({"pid": status.get("pid")}):
+                and not process_alive(admin) and process_alive({"pid": status.get("pid")}):
             status["admin_url"] = status_url  # a new master attempt that cannot write admin.json yet
         out.append(status)
     return out

@@ -50,7 +50,7 @@ def test_master_killed_and_new_attempt_finishes(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err
-    assert "starting attempt 2" in err
+    assert "attempt 2 starts" in err
     master_log = open(os.path.join(stram_apps.find_app(app_id)["app_path"], "logs", "master.log")).read()
     assert "master attempt 2 resumed from the journal" in master_log
     sums, maxima, _ = read_counts(out)

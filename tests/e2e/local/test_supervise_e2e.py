@@ -80,7 +80,8 @@ def test_killed_master_of_a_detached_application_is_restarted_and_the_output_is_
     assert_exact(out)
     logs = os.path.join(app_dir(app_id), "logs")
     assert "master attempt 2 resumed from the journal" in open(os.path.join(logs, "master.log")).read()
-    assert "starting attempt 2 of 2" in open(os.path.join(logs, "supervisor.log")).read()
+    assert "master attempt 1 of 2 exited (killed by SIGKILL) without a final state; attempt 2 starts" \
+        in open(os.path.join(logs, "supervisor.log")).read()
 
 
 def test_a_master_that_keeps_dying_ends_failed_with_the_reason(tmp_path):
@@ -104,9 +105,12 @@ def test_never_running_once_supervisor_and_master_are_gone(tmp_path):
     assert stram_apps.find_app(app_id)["state"] == "RUNNING"  # its master still runs it
     kill_master(app_id)
     try:
+        assert read(app_id, "status.json")["state"] == "RUNNING"  # what the dead master last wrote
         app = stram_apps.find_app(app_id)
         assert app["state"] == "FAILED" and "without a final state" in app["diagnostics"]
-        assert read(app_id, "status.json")["state"] == "RUNNING"  # what the dead master last wrote
+        # and the file no longer says RUNNING: the registry wrote what it found (nothing else is left to)
+        status = read(app_id, "status.json")
+        assert status["state"] == "FAILED" and "supervisor exited without a final state" in status["diagnostics"]
     finally:
         for proc in app_processes(app_id):
             proc.kill()
