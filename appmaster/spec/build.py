@@ -62,6 +62,10 @@ class Builder:
         if not isinstance(name, str) or not name.strip():
             raise self.error("name", f"expected a non-empty string, got {show(name)}")
         self.check_length("name", "application name", name)
+        if not name.isprintable() or name != name.strip():
+            # a newline or a terminal escape in a name would forge rows of `stram list-apps`
+            raise self.error("name", f"the application name {show(name)} must be printable characters, "
+                                     f"without leading or trailing spaces")
         description = data.get("description") or ""
         if not isinstance(description, str):
             raise self.error("description", f"expected a string, got {_kind(description)}")

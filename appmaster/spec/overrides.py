@@ -92,6 +92,8 @@ def _yaml_value(source: str, label: str, raw: str) -> Any:
         problem = getattr(exc, "problem", None) or str(exc)
         raise SpecError(source, label, f"cannot read value {raw!r} as YAML: {problem} "
                                        f"(quote it)") from None
+    except RecursionError:
+        raise SpecError(source, label, "cannot read the value as YAML: nested too deeply") from None
 
 
 def _property_value(source: str, label: str, raw: str, hint: Any) -> Any:

@@ -25,6 +25,8 @@ def load_yaml(text: str, source: str) -> Any:
         raise SpecError(source, "", _yaml_reason(exc)) from None
     except yaml.YAMLError as exc:
         raise SpecError(source, "", f"invalid YAML: {exc}") from None
+    except RecursionError:
+        raise SpecError(source, "", "invalid YAML: nested too deeply to read (a spec needs a few levels)") from None
 
 
 def dump_yaml(data: Any) -> str:

@@ -18,7 +18,7 @@ from typing import Any, Callable
 from stram.client.commands import LocalRun, admin, app_info
 from stram.client.follow import follow
 from stram.common import apppath, fs
-from stram.common.apps import TERMINAL, apps_dir, find_app, local_apps, write_token, yarn_configured
+from stram.common.apps import TERMINAL, apps_dir, find_app, local_apps, write_pin, write_token, yarn_configured
 from stram.common.errors import StramError, UserError
 
 # ---------------------------------------------------------------- output
@@ -84,8 +84,10 @@ def launch(args: argparse.Namespace) -> int:
     with os.fdopen(fd, "w") as f:
         f.write(spec.to_yaml())
     token = secrets.token_hex(16)
+    tls = spec.attribute("TLS")
     # the master and containers read the token from this 0600 file, never from their environment
     env = dict(os.environ, STRAM_TOKEN_FILE=write_token(app_id, token), STRAM_HOST="127.0.0.1")
+    write_pin(app_id, bool(tls))  # the local launcher's default is no TLS
     env.pop("STRAM_TOKEN", None)
     here = os.getcwd()
     env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -122,6 +124,8 @@ def get_app_info(args: argparse.Namespace) -> int:
 
     def human(i: dict[str, Any]) -> str:
         lines = [f"{i.get('name')} ({i.get('id')}): {i.get('state')}"]
+        if i.get("stale"):
+            lines.append(f"  note: {i['stale']}")
         if i.get("diagnostics"):
             lines.append(f"  diagnostics: {i['diagnostics']}")
         for key in ("committed_window_hex", "containers", "operators", "app_path"):

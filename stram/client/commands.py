@@ -17,7 +17,7 @@ from typing import Any
 
 from stram.client.adminhttp import request_json
 from stram.client.follow import pause_note
-from stram.common.apps import TERMINAL, find_app, read_certificate, read_token
+from stram.common.apps import TERMINAL, find_app, pinned_tls, read_certificate, read_token
 from stram.common.errors import ClusterUnreachable, StramError
 
 __all__ = ["admin", "app_info", "failure_note", "LocalRun"]
@@ -46,6 +46,9 @@ def admin(app: dict[str, Any], path: str, method: str = "GET", body: dict | None
         app = find_app(app["id"])
     if app.get("state") in TERMINAL or not app.get("admin_url"):
         raise StramError(f"application {app['id']} is {app.get('state')}; its master is not running")
+    if pinned_tls(app["id"]) and not app["admin_url"].startswith("https://"):
+        raise StramError(f"application {app['id']} was launched with TLS, but its admin.json names "
+                         f"{app['admin_url']}: refusing to send its token without TLS (was admin.json changed?)")
     try:
         return request_json(app["admin_url"], path, method, body, timeout=timeout, token=read_token(app["id"]),
                             ca=read_certificate(app))
@@ -55,12 +58,12 @@ def admin(app: dict[str, Any], path: str, method: str = "GET", body: dict | None
 
 
 def app_info(app: dict[str, Any]) -> dict[str, Any]:
-    """Live info from the master, else the last status it wrote."""
+    """Live info from the master, else the last status it wrote (saying so in ``stale``)."""
     if app.get("state") not in TERMINAL and app.get("admin_url"):
         try:
             return admin(app, "info")
-        except StramError:
-            pass
+        except StramError as exc:
+            return dict(app, stale=f"the master did not answer ({exc}); this is the last status.json it wrote")
     return app
 
 

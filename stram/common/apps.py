@@ -21,7 +21,8 @@ from stram.common import apppath
 from stram.common.errors import UserError
 
 __all__ = ["TERMINAL", "stram_home", "apps_dir", "local_apps", "find_app", "read_json", "process_alive",
-           "yarn_configured", "token_path", "write_token", "read_token", "read_certificate"]
+           "yarn_configured", "token_path", "write_token", "read_token", "read_certificate", "write_pin",
+           "pinned_tls"]
 
 #: The states an application never leaves.
 TERMINAL = ("SUCCEEDED", "FAILED", "KILLED")
@@ -38,9 +39,29 @@ def apps_dir() -> str:
 
 
 def token_path(app_id: str, yarn: bool = False) -> str:
-    """Where the machine that launched ``app_id`` keeps its secret: in a local application's
-    directory (``$STRAM_HOME/apps/<appId>/token``), or ``$STRAM_HOME/yarn/<appId>/token``."""
-    return os.path.join(stram_home(), "yarn" if yarn else "apps", app_id, apppath.TOKEN)
+    """Where the machine that launched ``app_id`` keeps its secret: ``$STRAM_HOME/secrets/<appId>/token``
+    for a local application (not in its APP_PATH, which every container is told), or
+    ``$STRAM_HOME/yarn/<appId>/token``."""
+    return os.path.join(stram_home(), "yarn" if yarn else "secrets", app_id, apppath.TOKEN)
+
+
+#: The file beside a local application's token that pins how its admin API is reached.
+_PIN = "admin-pin.json"
+
+
+def write_pin(app_id: str, tls: bool) -> None:
+    """Record, at launch, whether ``app_id``'s admin API serves TLS: the CLI never sends the
+    token over ``http://`` to an application launched with TLS, whatever ``admin.json`` says."""
+    path = os.path.join(os.path.dirname(token_path(app_id)), _PIN)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"tls": bool(tls)}, f)
+
+
+def pinned_tls(app_id: str) -> bool | None:
+    """Whether ``app_id`` was launched with TLS (None: launched before pins, or elsewhere)."""
+    doc = read_json(os.path.join(os.path.dirname(token_path(app_id)), _PIN))
+    return None if doc is None else bool(doc.get("tls"))
 
 
 def write_token(app_id: str, token: str, yarn: bool = False) -> str:
@@ -48,6 +69,7 @@ def write_token(app_id: str, token: str, yarn: bool = False) -> str:
     The directory is created ``0700`` if missing; the file is created ``0600`` before any
     byte is written, so no one else ever sees it."""
     path = token_path(app_id, yarn)
+    os.makedirs(os.path.dirname(os.path.dirname(path)), mode=0o700, exist_ok=True)
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
