@@ -103,9 +103,11 @@ def test_never_running_once_supervisor_and_master_are_gone(tmp_path):
     app_id = launch_wordcount(tmp_path / "out", lines_per_window=40)
     os.kill(read(app_id, "supervisor.json")["pid"], signal.SIGKILL)
     assert stram_apps.find_app(app_id)["state"] == "RUNNING"  # its master still runs it
+    status_file = os.path.join(app_dir(app_id), "status.json")
     kill_master(app_id)
     try:
-        assert read(app_id, "status.json")["state"] == "RUNNING"  # what the dead master last wrote
+        with open(status_file) as f:  # read before anyone looks the application up
+            assert json.load(f)["state"] == "RUNNING"  # what the dead master last wrote
         app = stram_apps.find_app(app_id)
         assert app["state"] == "FAILED" and "without a final state" in app["diagnostics"]
         # and the file no longer says RUNNING: the registry wrote what it found (nothing else is left to)
