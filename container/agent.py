@@ -24,13 +24,10 @@ import grpc
 import psutil
 
 from stram import wire as proto
-from stram.agent.bufferserver.client import Subscriber
-from stram.agent.bufferserver.protocol import MessageType
 from stram.agent.bufferserver.server import BufferServer
-from stram.agent.engine.codec import get_codec
-from stram.agent.engine.messages import BEGIN_WINDOW, CHECKPOINT, DATA, END_STREAM, END_WINDOW
 from stram.agent.engine.node import QUEUE_CAPACITY, Node, NodeState
-from stram.agent.engine.sinks import DirectSink, PublisherSink, QueueSink
+from stram.agent.engine import streams
+from stram.agent.engine.streams import DirectSink, PublisherSink, QueueSink
 from stram.agent.umbilical import COMPLAIN_SECONDS, MasterGone, Umbilical  # noqa: F401 - re-exported
 from stram.common import apppath, fs, space, tls
 from stram.common.attributes import default as attribute_default
@@ -45,8 +42,6 @@ rate_limit(log, burst=5, interval=10.0)  # reconnect warnings and the like: repe
 
 _LOCALITY = {proto.THREAD_LOCAL: "THREAD_LOCAL", proto.CONTAINER_LOCAL: "CONTAINER_LOCAL"}
 _KIND = {v: k for k, v in proto.OperatorDeployInfo.OperatorType.items()}
-_CONTROL = {MessageType.BEGIN_WINDOW: BEGIN_WINDOW, MessageType.END_WINDOW: END_WINDOW,
-            MessageType.CHECKPOINT: CHECKPOINT}
 
 
 #: Heartbeat period of a container with no operator left running, for IDLE_FAST_SECONDS after that.
@@ -492,36 +487,15 @@ class Agent:
                 else:
                     out.add_sink(QueueSink(node, src))
                 continue
-            codec = get_codec(inp.stream_codecs.get(0, "pickle"))
             # AT_MOST_ONCE recovery skips the windows missed while down
             start = max(node.current_window + 1, int(node.context.attributes.get("RESUME_FROM_WINDOW", 0)))
-            sub = Subscriber(inp.buffer_server_host, inp.buffer_server_port, inp.buffer_server_token,
-                             f"{inp.source_node_id}.{inp.source_port_name}", start,
-                             mask=inp.partition_mask, keys=list(inp.partition_keys),
-                             ssl_context=self.tls_client, alloc=codec.receive_buffer)
-            node.remote_inputs.append(sub)
-            threading.Thread(target=_feed, args=(sub, node, src, codec), daemon=True,
-                             name=f"sub-{node.id}-{inp.source_node_id}").start()
+            node.remote_inputs.append(streams.subscribe(
+                node, src, inp.buffer_server_host, inp.buffer_server_port, inp.buffer_server_token,
+                f"{inp.source_node_id}.{inp.source_port_name}", start, inp.stream_codecs.get(0, "pickle"),
+                mask=inp.partition_mask, keys=list(inp.partition_keys), ssl_context=self.tls_client))
         for out in info.outputs:
             if out.remote and self.buffer_server is not None:
                 publisher = self.buffer_server.publisher(f"{node.id}.{out.port_name}", node.current_window + 1)
                 node.outputs[out.port_name].add_sink(
                     PublisherSink(publisher, out.stream_codecs.get(0, "pickle"), out.partition_mask))
 
-
-def _feed(sub: Subscriber, node: Node, src: int, codec: Any) -> None:
-    """Move a subscription's messages onto a node's queue (blocking: backpressure)."""
-    decode = codec.decode
-    put = node.put
-    try:
-        for kind, value in sub.messages():
-            if kind == MessageType.PAYLOAD:
-                put(src, DATA, decode(value[1]))
-            elif kind in _CONTROL:
-                put(src, _CONTROL[kind], value)
-            elif kind == MessageType.END_STREAM:
-                put(src, END_STREAM, None)
-                return
-    except Exception:  # noqa: BLE001
-        if not node._stop:
-            log.exception("subscription of operator %s failed", node.id)

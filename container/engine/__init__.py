@@ -5,8 +5,9 @@
     streams, checkpoints.
 ``messages``
     The data plane's message kinds and what a queued message weighs.
-``sinks``
-    Where an output port's batches go: direct calls, a node's queue, or the buffer server.
+``streams``
+    Both sides of a stream: where an output port's batches go (direct calls, a node's queue,
+    the buffer server) and how a remote input is fed from its subscription.
 ``inbox``, ``batch``
     A node's bounded input queue; batch-at-a-time delivery to input ports.
 ``codec``

@@ -1,7 +1,7 @@
 """The container's C heap: keep the memory that big frames come and go in (glibc's ``mallopt``).
 
 A buffer-server stream allocates and frees a frame of about a megabyte for every
-batch it publishes or receives (``stram.agent.engine.sinks.FRAME_TARGET_BYTES``). glibc's
+batch it publishes or receives (``stram.agent.engine.streams.FRAME_TARGET_BYTES``). glibc's
 defaults serve such a block from a fresh ``mmap`` until the first one is freed,
 and give the top of the heap back to the kernel as soon as 128 KiB of it is
 free, so the next frame faults in and zeroes new pages all over again: with

@@ -31,10 +31,9 @@ from typing import Any, Callable
 from stram.agent.engine.batch import batch_handler
 from stram.agent.engine.inbox import Inbox
 from stram.agent.engine.messages import BEGIN_WINDOW, CHECKPOINT, DATA, END_STREAM, END_WINDOW, message_weight
-from stram.agent.engine.sinks import PortOutput
+from stram.agent.engine.streams import PortOutput
 from stram.common import fs, space
 from stram.common.attributes import default as attribute_default
-from stram.common.imports import load_reference
 from stram.common.windows import is_checkpoint_window, window_millis
 from stram.operator import FatalError, InputOperator, Operator, OperatorContext, ShutdownException, output_ports
 
@@ -161,6 +160,11 @@ class Node:
         self.thread = threading.Thread(target=self._guard, args=(target,), daemon=True,
                                        name=f"op-{self.id}-{self.name}")
         self.thread.start()
+
+    @property
+    def stopping(self) -> bool:
+        """True once :meth:`stop` was called (a failing subscription then is no error)."""
+        return self._stop
 
     def stop(self, timeout: float = 5.0, teardown: bool = True) -> None:
         """End the operator's thread and inputs; then its ``teardown`` (unless ``teardown`` is

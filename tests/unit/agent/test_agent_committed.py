@@ -16,7 +16,7 @@ import time
 from stram import wire as proto
 from stram.agent.agent import Agent
 from stram.agent.engine.node import Node, NodeState
-from stram.agent.engine.sinks import QueueSink
+from stram.agent.engine.streams import QueueSink
 from stram.common.windows import initial_window
 from stram.operator import InputOperator, InputPort, Operator, OperatorContext, OutputPort, ShutdownException
 

@@ -18,7 +18,7 @@ import pytest
 
 from stram.agent.engine.batch import batch_handler, has_batch_handler
 from stram.agent.engine.node import Node, NodeState
-from stram.agent.engine.sinks import DirectSink, QueueSink
+from stram.agent.engine.streams import DirectSink, QueueSink
 from stram.common.windows import initial_window
 from stram.operator import InputPort, Operator, OperatorContext, OutputPort, PassThroughUnifier
 from stram.operators import io
@@ -252,14 +252,14 @@ class Recorder:
 
 def test_a_publisher_tags_every_tuple_with_its_key_partition(monkeypatch):
     """The str-tag cache must give the tag of partition_hash (never conflating 1, 1.0, True, "1")."""
-    from stram.agent.engine import sinks
+    from stram.agent.engine import streams
     from stram.agent.engine.codec import get_codec
     from stram.common.partition import default_key, partition_hash
-    monkeypatch.setattr(sinks, "TAG_CACHE_SIZE", 8)  # the cache starts over many times
+    monkeypatch.setattr(streams, "TAG_CACHE_SIZE", 8)  # the cache starts over many times
     rng = random.Random(11)
     pool = ["whale", "sea", "1", "", "naïve", 1, 1.0, True, 2, 2.0, None, ("k", 2), {"key": "sea", "n": 1}, "ship"]
     pool += [f"w{i}" for i in range(40)]
-    sink = sinks.PublisherSink(Recorder(), "pickle", mask=3)
+    sink = streams.PublisherSink(Recorder(), "pickle", mask=3)
     sent = []
     for _ in range(30):
         batch = [rng.choice(pool) for _ in range(rng.randrange(1, 200))]
@@ -278,7 +278,7 @@ def test_a_publisher_tags_every_tuple_with_its_key_partition(monkeypatch):
 
 def test_a_publisher_cuts_big_batches_into_frames_near_the_target_size():
     from stram.agent.engine.codec import get_codec
-    from stram.agent.engine.sinks import FRAME_PROBE_TUPLES, FRAME_TARGET_BYTES, PublisherSink
+    from stram.agent.engine.streams import FRAME_PROBE_TUPLES, FRAME_TARGET_BYTES, PublisherSink
     sink = PublisherSink(Recorder(), "pickle", mask=0)
     codec = get_codec("pickle")
     big = [f"{i:08d}".ljust(4096, "x") for i in range(2000)]  # 8 MB in one emit_batch
@@ -298,7 +298,7 @@ def test_a_publisher_cuts_big_batches_into_frames_near_the_target_size():
 
 def test_a_long_batch_reaches_a_queue_in_pieces_of_the_batch_size():
     from stram.agent.engine.messages import DATA
-    from stram.agent.engine.sinks import BATCH_SIZE
+    from stram.agent.engine.streams import BATCH_SIZE
     start = initial_window(int(time.time() * 1000))
     downstream = node(9, Collect(), "GENERIC", start)
     sink = QueueSink(downstream, downstream.add_source("input"))
@@ -346,7 +346,7 @@ def test_a_container_local_stream_holds_a_bounded_number_of_tuples(tmp_path):
     """A reader faster than its CONTAINER_LOCAL downstream waits for it: at most the queue's
     capacity in tuples is in flight (memory), plus a batch in each operator's hands, not the
     whole input; then all arrive."""
-    from stram.agent.engine.sinks import BATCH_SIZE
+    from stram.agent.engine.streams import BATCH_SIZE
     capacity = 4 * BATCH_SIZE
     n = 40 * BATCH_SIZE
     path = tmp_path / "in.txt"

@@ -1,5 +1,6 @@
-"""Where an output port's batches go: sinks for each kind of stream, and the port's runtime side.
+"""Streams between operators, both sides: where an output port's batches go, and how a remote input is fed.
 
+Publish side: 
 A :class:`PortOutput` collects what an operator emits into a batch and hands
 it to every sink of the port between operator calls:
 
@@ -12,11 +13,17 @@ it to every sink of the port between operator calls:
 from __future__ import annotations
 
 import collections
+import logging
+import threading
 from typing import Any, Callable
 
+from stram.agent.bufferserver.client import Subscriber
+from stram.agent.bufferserver.protocol import MessageType
 from stram.agent.engine.codec import get_codec
 from stram.agent.engine.messages import BEGIN_WINDOW, CHECKPOINT, DATA, END_STREAM, END_WINDOW, Receiver
 from stram.common.partition import default_key, partition_hash
+
+log = logging.getLogger("stram.agent.engine.streams")
 
 #: Tuples per batch before an output port is flushed mid-window.
 BATCH_SIZE = 1024
@@ -209,3 +216,40 @@ class PortOutput:
         self.flush()
         for sink in self.sinks:
             sink.control(kind, window_id)
+
+
+# ---------------------------------------------------------------- the subscribe side
+
+_CONTROL = {MessageType.BEGIN_WINDOW: BEGIN_WINDOW, MessageType.END_WINDOW: END_WINDOW,
+            MessageType.CHECKPOINT: CHECKPOINT}
+
+
+def subscribe(node: Any, src: int, host: str, port: int, token: bytes, publisher: str, from_window: int,
+              codec_name: str, mask: int = 0, keys: list[int] | None = None, ssl_context: Any = None) -> Subscriber:
+    """Subscribe ``node``'s input ``src`` to ``publisher`` on a buffer server, from ``from_window`` on:
+    a thread of its own decodes what arrives and puts it on the node's queue (blocking there:
+    backpressure reaches the publisher). The subscription, for the node to close."""
+    codec = get_codec(codec_name)
+    sub = Subscriber(host, port, token, publisher, from_window, mask=mask, keys=keys or [],
+                     ssl_context=ssl_context, alloc=codec.receive_buffer)
+    threading.Thread(target=_feed, args=(sub, node, src, codec), daemon=True,
+                     name=f"sub-{node.id}-{publisher.partition('.')[0]}").start()
+    return sub
+
+
+def _feed(sub: Subscriber, node: Any, src: int, codec: Any) -> None:
+    """Move a subscription's messages onto a node's queue until END_STREAM or the node stops."""
+    decode = codec.decode
+    put = node.put
+    try:
+        for kind, value in sub.messages():
+            if kind == MessageType.PAYLOAD:
+                put(src, DATA, decode(value[1]))
+            elif kind in _CONTROL:
+                put(src, _CONTROL[kind], value)
+            elif kind == MessageType.END_STREAM:
+                put(src, END_STREAM, None)
+                return
+    except Exception:  # noqa: BLE001
+        if not node.stopping:
+            log.exception("subscription of operator %s failed", node.id)
