@@ -947,7 +947,7 @@ def run_on_standin(tmp_path: pathlib.Path, overrides: list[str], during=None, ti
                                             staging_dir=str(tmp_path / "staging")))
     # the master script's first step, as a process, with the env the master gets
     env = dict(os.environ, **aspec.master.env)
-    staged = subprocess.run([sys.executable, "-m", "stram.client.yarn", "prepare-master",
+    staged = subprocess.run([sys.executable, "-m", "stram.master.launch.yarnnode", "prepare-master",
                              aspec.master.files["spec.yaml"].source[len("file://"):]],
                             env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert staged.returncode == 0, staged.stderr
