@@ -993,7 +993,7 @@ def test_yarn_launcher_runs_wordcount(tmp_path):
     # containers were instances of the "container" service, run by its script from localized files
     assert standin.containers and {c["service"] for c in standin.containers.values()} == {"container"}
     for c in standin.containers.values():
-        assert (c["dir"] / "app" / "container" / "agent.py").is_file()
+        assert (c["dir"] / "app" / "stram" / "agent" / "agent.py").is_file()
         assert set(c["env"]) >= {"STRAM_CONTAINER_ID", "STRAM_APP_PATH", "STRAM_APP_ID"}
         assert not {"STRAM_TOKEN", "STRAM_TOKEN_FILE"} & set(c["env"])
         # no container holds the application's token: each has a credential of its own
@@ -1012,7 +1012,7 @@ def test_yarn_launcher_runs_wordcount(tmp_path):
     env.update(c["env"], NM_HOST="127.0.0.1")
     where = subprocess.run(["bash", "-c", probe], cwd=c["dir"], env=env, capture_output=True, text=True, timeout=60)
     assert where.returncode == 0, where.stderr
-    assert where.stdout.strip() == str(c["dir"] / "app" / "container" / "agent.py")
+    assert where.stdout.strip() == str(c["dir"] / "app" / "stram" / "agent" / "agent.py")
 
 
 @pytest.mark.slow
