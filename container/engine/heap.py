@@ -7,9 +7,8 @@ and give the top of the heap back to the kernel as soon as 128 KiB of it is
 free, so the next frame faults in and zeroes new pages all over again: with
 4 KiB strings, the publisher spent more time on that than on pickling. Fixed
 thresholds keep frames of up to :data:`MMAP_THRESHOLD` in the heap and keep up
-to :data:`TRIM_THRESHOLD` of freed heap for the next ones (4 KiB strings through
-the buffer server: 1.4x the tuples/s, ``bench/bench_transfer.py``). The peak
-memory is unchanged; freed memory goes back to the kernel once more than
+to :data:`TRIM_THRESHOLD` of freed heap for the next ones (docs/performance.md
+gives the gain). The peak memory is unchanged; freed memory goes back to the kernel once more than
 :data:`TRIM_THRESHOLD` of it lies at the top of the heap.
 
 Only glibc has these knobs: elsewhere (musl, macOS, a malloc preloaded in its

@@ -1,11 +1,9 @@
 """A node's input queue: bounded by the tuples it holds, with a low-water mark.
 
 A ``queue.Queue`` bounded by messages holds very different amounts of data
-depending on what the messages carry: 256 messages of 1,024 lines held 60% of
-the word count's 24 MB input as Python strings, and the container's memory
-grew by about 70 MB (``bench/bench_wordcount.py``). :class:`Inbox` counts a
-message by its weight (the tuples in a data batch, 1 for a control tuple), so
-its bound is a bound on data.
+depending on what the messages carry (256 messages of 1,024 lines held most of
+the word count's input). :class:`Inbox` counts a message by its weight (the
+tuples in a data batch, 1 for a control tuple), so its bound is a bound on data.
 
 A producer that finds the inbox full waits until it has drained to half its
 capacity (the low-water mark), not merely until there is room for one more

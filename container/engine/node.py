@@ -43,12 +43,8 @@ log = logging.getLogger("stram.agent.engine.node")
 IDLE_CALL_SECONDS = 50e-6
 #: Default bound of a node's input queue (:class:`stram.agent.engine.inbox.Inbox`), from the QUEUE_CAPACITY
 #: attribute: tuples, a control tuple counting one and an Arrow record batch its rows; a faster
-#: upstream waits until the queue is half drained. The one-container word count (the launch
-#: ``bench/bench_wordcount.py`` makes, 7 interleaved runs per bound, no pyarrow loaded) at 262,144:
-#: 3.34 s median, 179-183 MB summed PSS; at 65,536: 3.55 s, about 156 MB; at 32,768 (the default):
-#: 3.70 s, 144-147 MB. The reader, held back, spreads its lines over more 200 ms windows, and
-#: KeyCounter emits a row per key per window (231k rows at 32,768 against 117k): the time goes
-#: there. A queue of 4 KiB strings holds 128 MB at 32,768, 1 GB at 262,144.
+#: upstream waits until the queue is half drained. A bigger bound buys a little speed with memory
+#: (docs/performance.md, "The engine's bounds").
 QUEUE_CAPACITY: int = attribute_default("QUEUE_CAPACITY")
 
 

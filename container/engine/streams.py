@@ -31,10 +31,8 @@ BATCH_SIZE = 1024
 ARROW_BATCH_SIZE = 16
 #: Encoded batches larger than this are split before publishing.
 MAX_PAYLOAD_BYTES = 32 << 20
-#: Size a publisher aims its encoded frames at. bench_transfer's 4 KiB strings came 4,096 to a batch,
-#: one 16 MB frame each: 81k tuples/s through the buffer server; in frames of 1 MB (and spilled
-#: frames sent with sendfile), 139k, side by side. Pickling itself runs at 0.7-0.9 GB/s into
-#: memory that is kept, whatever the frame size.
+#: Size a publisher aims its encoded frames at: frames of 16 MB (4,096 strings of 4 KiB) moved
+#: fewer tuples/s than frames of 1 MB (docs/performance.md, "The engine's bounds").
 FRAME_TARGET_BYTES = 1 << 20
 #: Tuples encoded first, alone, to learn a stream's encoded bytes per tuple.
 FRAME_PROBE_TUPLES = 64
