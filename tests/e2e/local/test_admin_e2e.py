@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from stram.common import apps as stram_apps
 
 WORDS = ROOT / "specs" / "data" / "words.txt"
-E2E_OPS = str(ROOT / "tests" / "e2e_ops.py")
+E2E_OPS = str(ROOT / "tests" / "kits" / "e2e_ops.py")
 
 
 def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
