@@ -42,7 +42,7 @@ def _number(value: Any) -> bytes:
 
 
 class OperatorPage:
-    """Encodes chunks of :meth:`~stram.master.core.reports.StateReports.operator_copies` as rows of the page.
+    """Encodes chunks of :func:`~stram.master.core.reports.operator_copies` as rows of the page.
 
     One per admin API: it keeps each operator's encoded fixed fields (for as long as the
     operator object is the plan's) and the encoded texts of containers and states.

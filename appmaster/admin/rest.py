@@ -83,7 +83,7 @@ class FastJSON(DefaultJSONProvider):
 
     def operators_response(self, chunks: Iterable[list[tuple]]) -> Response:
         """``{"operators": [...]}`` of the operators in ``chunks`` (of
-        :meth:`~stram.master.core.reports.StateReports.operator_copies`), each chunk encoded as it comes
+        :func:`~stram.master.core.reports.operator_copies`), each chunk encoded as it comes
         by :class:`~stram.master.admin.pagejson.OperatorPage` (the standard way where orjson refuses a
         value). One call for a whole page of 20,000 operators (10 MB) held the interpreter
         50-130 ms, every heartbeat of the master waiting for it."""

@@ -1,19 +1,22 @@
-"""What changed in the physical plan since a reader last looked: dirty tracking for the hot path.
+"""What changed in a physical plan since a reader last looked: dirty tracking for the hot path.
 
 The master answers every heartbeat by updating a few operators of one
 container; the committed window (:mod:`stram.master.core.committed`) and the journal
 (:mod:`stram.master.journal.log`) must follow in time proportional to that, not to
-the plan. :class:`Tracked` (the base of :class:`~stram.master.core.plan.PTOperator`
-and :class:`~stram.master.core.plan.PTContainer`) reports every attribute assignment
-to the :class:`Tracker` objects; code that changes a mutable field in place
-(a set of a container's operators) calls :func:`touch`. Assigning an
-operator's ``container`` or ``inputs`` changes the plan's structure
-(:func:`structure`): readers that cache the plan's shape start over.
+the plan. Each :class:`~stram.master.core.plan.PhysicalPlan` owns its :class:`PlanChanges`
+(its ``changes``, made with it): a :class:`Tracker` for the journal, one for the
+committed window, and a count of its shape's changes. :class:`Tracked` (the base
+of :class:`~stram.master.core.plan.PTOperator` and :class:`~stram.master.core.plan.PTContainer`)
+reports every attribute assignment to the trackers of the plan that holds it
+(:func:`attach`: the plan does it when it takes the object in); code that changes a
+mutable field in place (a set of a container's operators) calls :func:`touch`.
+Assigning an operator's ``container`` or ``inputs`` changes the plan's structure
+(:attr:`PlanChanges.structure`): readers that cache the plan's shape start over.
 
-A tracker's marks are shared by every plan in the process; a reader takes the
-marks of its own plan (:meth:`Tracker.take`). A tracker holding too many marks
-(plans nobody reads any more) forgets them all and says so (its ``epoch``):
-its readers then look at the whole plan once.
+A reader takes the marks of the objects its plan still holds (:meth:`Tracker.take`).
+A tracker holding too many marks forgets them all and says so (its ``epoch``): its
+readers then look at the whole plan once. A copy of a plan (``copy.deepcopy``) is a
+new plan: its trackers start empty, and its readers read it whole.
 """
 
 from __future__ import annotations
@@ -22,8 +25,8 @@ import contextlib
 import threading
 from typing import Any, Iterable, Iterator
 
-__all__ = ["Tracked", "Tracker", "touch", "untracked", "structure", "forget", "set_volatile", "JOURNAL",
-           "COMMITTED", "VOLATILE"]
+__all__ = ["Tracked", "Tracker", "PlanChanges", "attach", "touch", "untracked", "set_volatile", "VOLATILE",
+           "COMMITTED_FIELDS"]
 
 #: Marks a tracker keeps before it forgets them all (its readers then read the whole plan).
 MAX_MARKS = 200_000
@@ -38,8 +41,9 @@ STRUCTURAL = frozenset({"container", "inputs"})
 #: x 10 operators they made every heartbeat journal all its operators and its container.
 VOLATILE = frozenset({"current_window", "window_advanced_millis", "last_heartbeat_millis", "memory_used_mb",
                       "publishers"})
+#: The fields whose changes move recovery checkpoints (the committed window's tracker follows them).
+COMMITTED_FIELDS = frozenset({"checkpoints", "state", "shutdown_window"})
 
-_structure = [0]
 #: The threads building a new plan now (:func:`untracked`): their assignments mark nothing.
 _building: set[int] = set()
 
@@ -57,16 +61,22 @@ class Tracker:
         Only assignments of these attributes mark an object (None: any).
     ignore:
         Assignments of these attributes never mark an object.
+    types:
+        Only objects of these types are marked (None: any).
     """
 
-    def __init__(self, fields: Iterable[str] | None = None, ignore: Iterable[str] = ()) -> None:
+    def __init__(self, fields: Iterable[str] | None = None, ignore: Iterable[str] = (),
+                 types: tuple[type, ...] | None = None) -> None:
         self.fields = frozenset(fields) if fields is not None else None
         self.ignore = frozenset(ignore)
-        #: Only objects of these types are marked (set by :mod:`stram.master.core.plan`; None: any).
-        self.types: tuple[type, ...] | None = None
+        self.types = types
         self.marks: dict[int, Any] = {}
         #: Changes when the marks were forgotten (a reader that saw another epoch reads everything).
         self.epoch = 0
+
+    def accepts(self, name: str | None) -> bool:
+        """Whether assigning attribute ``name`` (None: a change in place) marks an object."""
+        return name is None or ((self.fields is None or name in self.fields) and name not in self.ignore)
 
     def mark(self, obj: Any) -> None:
         marks = self.marks
@@ -82,26 +92,63 @@ class Tracker:
             del self.marks[id(obj)]
         return mine
 
+    def forget(self) -> None:
+        """Drop every mark: the readers read the whole plan once (a new epoch)."""
+        self.marks.clear()
+        self.epoch += 1
 
-#: Every change of an operator or a container but its :data:`VOLATILE` figures (the journal writes them).
-JOURNAL = Tracker(ignore=VOLATILE)
-#: Changes that move recovery checkpoints (the committed window recomputes them).
-COMMITTED = Tracker({"checkpoints", "state", "shutdown_window"})
-_TRACKERS = (JOURNAL, COMMITTED)
-#: Per attribute name (None: in place), the trackers an assignment of it marks.
-_ACCEPTING: dict[str | None, tuple[Tracker, ...]] = {}
+
+class PlanChanges:
+    """The change trackers of one physical plan, and how often its shape changed.
+
+    Parameters
+    ----------
+    committed_types:
+        The objects the committed window's tracker follows (the plan's operators; None: any).
+    """
+
+    __slots__ = ("journal", "committed", "structure", "_accepting")
+
+    def __init__(self, committed_types: tuple[type, ...] | None = None) -> None:
+        #: Every change of an operator or a container but its :data:`VOLATILE` figures (the journal writes them).
+        self.journal = Tracker(ignore=VOLATILE)
+        #: Changes that move recovery checkpoints (the committed window recomputes them).
+        self.committed = Tracker(COMMITTED_FIELDS, types=committed_types)
+        #: A number that changes whenever an operator's container or inputs are assigned.
+        self.structure = 0
+        #: Per attribute name (None: in place), the trackers an assignment of it marks.
+        self._accepting: dict[str | None, tuple[Tracker, ...]] = {}
+
+    def forget(self) -> None:
+        """Drop every tracker's marks: their readers read the whole plan once (a new epoch)."""
+        self.journal.forget()
+        self.committed.forget()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> "PlanChanges":
+        """A copied plan is another plan: its changes start afresh (its readers read it whole)."""
+        return PlanChanges(self.committed.types)
+
+
+def attach(obj: Any, changes: PlanChanges) -> None:
+    """Report ``obj``'s changes to ``changes`` from now on (a plan taking in an operator or a container)."""
+    object.__setattr__(obj, "_changes", changes)
 
 
 def touch(obj: Any, name: str | None = None) -> None:
-    """Mark ``obj`` changed (``name``: the attribute; None: something changed in place)."""
+    """Mark ``obj`` changed (``name``: the attribute; None: something changed in place).
+
+    An object no plan holds, or one a thread is building (:func:`untracked`), marks nothing."""
     if _building and threading.get_ident() in _building:
         return
+    changes = getattr(obj, "_changes", None)
+    if changes is None:
+        return
     if name in STRUCTURAL:
-        _structure[0] += 1
-    trackers = _ACCEPTING.get(name)
+        changes.structure += 1
+    accepting = changes._accepting
+    trackers = accepting.get(name)
     if trackers is None:
-        trackers = _ACCEPTING[name] = tuple(
-            t for t in _TRACKERS if name is None or ((t.fields is None or name in t.fields) and name not in t.ignore))
+        trackers = accepting[name] = tuple(t for t in (changes.journal, changes.committed) if t.accepts(name))
     for tracker in trackers:
         if tracker.types is None or isinstance(obj, tracker.types):
             tracker.mark(obj)
@@ -126,22 +173,11 @@ def untracked() -> Iterator[None]:
         _building.discard(me)
 
 
-def forget() -> None:
-    """Drop every tracker's marks: their readers read the whole plan once (a new epoch)."""
-    for tracker in _TRACKERS:
-        tracker.marks.clear()
-        tracker.epoch += 1
-
-
-def structure() -> int:
-    """A number that changes whenever an operator's container or inputs are assigned."""
-    return _structure[0]
-
-
 class Tracked:
-    """Reports every attribute assignment to the trackers (a dataclass base)."""
+    """Reports every attribute assignment to the trackers of its plan (a dataclass base)."""
 
-    __slots__ = ()
+    #: The :class:`PlanChanges` of the plan holding the object (set by :func:`attach`; unset: none).
+    __slots__ = ("_changes",)
 
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)

@@ -9,13 +9,14 @@ computed downstream first, so a heartbeat that changed the checkpoints (or
 the state) of a few operators changes only their groups and, while the values
 move, the groups upstream of them. :class:`CommittedWindow` keeps the groups,
 their values and the operators' recovery checkpoints; it recomputes the
-groups reached from the changed operators (the :data:`stram.master.core.changes.COMMITTED`
-marks) and starts over from the rule itself when the plan's shape changed
+groups reached from the changed operators (the marks of the plan's
+committed-window tracker, :attr:`stram.master.core.changes.PlanChanges.committed`)
+and starts over from the rule itself when the plan's shape changed
 (operators added, removed, moved or rewired), when the marks were forgotten,
 or when the groups form a cycle.
 
 The result equals the full recomputation after every event; tests check it on
-drawn plans and event sequences (tests/test_committed_incremental.py).
+drawn plans and event sequences (tests/unit/master/test_committed_incremental.py).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
-from stram.master.core import changes
 from stram.master.core.instructions import DeleteCheckpoints, Instruction
 from stram.master.core.plan import OperatorState, PhysicalPlan, PTOperator
 from stram.master.core.rules import recovery_checkpoints
@@ -74,12 +74,12 @@ class CommittedWindow:
         plan: PhysicalPlan = state.plan
         if not plan.operators:
             return []
-        owned = plan.operators
-        dirty = changes.COMMITTED.take(lambda obj: isinstance(obj, PTOperator) and owned.get(obj.id) is obj)
-        key = (changes.structure(), len(plan.operators), len(plan.containers), plan.next_operator_id,
+        owned, tracker = plan.operators, plan.changes.committed
+        dirty = tracker.take(lambda obj: isinstance(obj, PTOperator) and owned.get(obj.id) is obj)
+        key = (plan.changes.structure, len(plan.operators), len(plan.containers), plan.next_operator_id,
                plan.next_container_number)
-        if plan is not self.plan or key != self.key or changes.COMMITTED.epoch != self.epoch or not self.acyclic:
-            self.plan, self.key, self.epoch = plan, key, changes.COMMITTED.epoch
+        if plan is not self.plan or key != self.key or tracker.epoch != self.epoch or not self.acyclic:
+            self.plan, self.key, self.epoch = plan, key, tracker.epoch
             return self._full(state)
         self.incremental_updates += 1
         return self._incremental(state, dirty)
@@ -126,9 +126,9 @@ class CommittedWindow:
         return instructions
 
     def _apply(self, plan: PhysicalPlan, rec: dict[int, int], ids: list[int]) -> list[Instruction]:
-        """The ratchet and the deletions of :meth:`MasterState._update_committed`, for ``ids``."""
+        """The ratchet and the deletions of the committed window's update, for ``ids``."""
         instructions: list[Instruction] = []
-        heap = self.heap
+        heap, journal = self.heap, plan.changes.journal
         for op_id in ids:
             op = plan.operators[op_id]
             window = rec[op_id]
@@ -140,7 +140,7 @@ class CommittedWindow:
                 # not marked for the committed window, which has just weighed them: only for the
                 # journal (marked, the next heartbeat's update would weigh this group again)
                 object.__setattr__(op, "checkpoints", [c for c in checkpoints if c >= kept])
-                changes.JOURNAL.mark(op)
+                journal.mark(op)
                 instructions.append(DeleteCheckpoints(op_id, tuple(c for c in checkpoints if c < kept)))
         return instructions
 

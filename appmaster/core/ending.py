@@ -1,4 +1,8 @@
-"""How :class:`~stram.master.core.state.MasterState` ends an application: containers still ending operators.
+"""How the master ends an application: asked to, killed, or with containers still ending operators.
+
+Functions over the master's :class:`~stram.master.core.books.Books`. A graceful
+end (:func:`handle_shutdown_request`) asks every input operator to end its
+stream; a kill (:func:`handle_kill_app`) stops every container at once.
 
 Once the application ends, every container gets ``shutdown`` in its heartbeat
 response (with the final committed window) and undeploys its operators. An
@@ -17,62 +21,72 @@ stopped while it was still ending operators.
 
 from __future__ import annotations
 
-from typing import Any
+from stram.master.core import convert
+from stram.master.core.books import Books
+from stram.master.core.events import ContainersStopped, KillApp, ShutdownRequest
+from stram.master.core.instructions import Instruction, KillContainer, Reply
+from stram.master.core.lifecycle import finish, last_line, maybe_finish, note
+from stram.master.core.plan import ALIVE, ContainerState, PTContainer
 
-from stram import wire as proto
-from stram.master.core.events import ContainersStopped
-from stram.master.core.instructions import Instruction, Reply
-from stram.master.core.plan import ContainerState, PTContainer
-from stram.master.core.reports import ALIVE, last_line
-
-__all__ = ["Ending"]
+__all__ = ["ending_heartbeat", "fail_at_end", "error_after_end", "handle_containers_stopped",
+           "handle_shutdown_request", "handle_kill_app"]
 
 
-class Ending:
-    """End-of-application handling of :class:`~stram.master.core.state.MasterState`."""
+def handle_shutdown_request(books: Books, ev: ShutdownRequest) -> list[Instruction]:
+    """Graceful end: ask every input operator to end its stream."""
+    now = ev.now
+    books.shutdown_requested = True
+    for op in books.plan.operators.values():
+        if op.kind == "INPUT" and not op.inputs and op.container:  # sources, not readers of streams
+            books.node_requests[op.container].append((op.id, convert.SHUTDOWN_OPERATOR))
+    note(books, now, "shutdown", "shutdown requested: ending the input operators' streams")
+    return []
 
-    plan: Any
-    state: str
-    diagnostics: str
-    committed: int
-    removed: list[dict[str, Any]]
-    _finish_sent: bool
 
-    def _ending_heartbeat(self, container: PTContainer, hb: proto.ContainerHeartbeat, now: int) -> list[Instruction]:
-        """A heartbeat of a container that undeploys its operators: alive, still ending ``hb.ending``."""
-        ending = list(hb.ending)
-        if ending != container.ending:
-            self._note(now, "ending", f"{container.id} still ends {', '.join(ending)}")
-        container.ending = ending
-        container.last_heartbeat_millis = now
-        return [Reply(proto.ContainerHeartbeatResponse(shutdown=True, committed_window_id=self.committed))]
+def handle_kill_app(books: Books, ev: KillApp) -> list[Instruction]:
+    """Kill the application: every container stopped, state KILLED."""
+    finish(books, "KILLED", "killed by request", ev.now)
+    return [KillContainer(c.id, "application killed") for c in books.plan.containers.values()
+            if c.state in ALIVE] + maybe_finish(books, force=True)
 
-    def _fail_at_end(self, diagnostics: str, now: int) -> None:
-        """A SUCCEEDED application whose end went wrong before its final state was sent: FAILED."""
-        if self.state != "SUCCEEDED" or self._finish_sent:
-            return
-        self.state = "FAILED"
-        self.diagnostics = diagnostics
-        self.finished_millis = now
-        self._note(now, "finish", f"application FAILED: {diagnostics}")
 
-    def _error_after_end(self, container_id: str, operators: list[int], msg: str, now: int) -> None:
-        """An operator's teardown (or last ``committed``) failed after the application ended."""
-        labels = {r["id"]: r["label"] for r in self.removed}
-        labels.update((op.id, op.label) for op in self.plan.operators.values())
-        named = ", ".join(labels.get(o, str(o)) for o in operators) or "an operator"
-        self._fail_at_end(f"the application ended, but {named} in {container_id} "
-                          f"failed while ending, so its output may be incomplete: {last_line(msg)}", now)
+def ending_heartbeat(books: Books, container: PTContainer, ending: list[str], now: int) -> list[Instruction]:
+    """A heartbeat of a container that undeploys its operators: alive, still ending ``ending``."""
+    if ending != container.ending:
+        note(books, now, "ending", f"{container.id} still ends {', '.join(ending)}")
+    container.ending = ending
+    container.last_heartbeat_millis = now
+    return [Reply(convert.heartbeat_response(0, books.committed, shutdown=True))]
 
-    def _handle_containers_stopped(self, ev: ContainersStopped) -> list[Instruction]:
-        """After the end: the launcher stopped what was left; Finish (once)."""
-        still = [c for c in (self.plan.containers.get(cid) for cid in ev.stopped) if c is not None and c.ending]
-        if still:
-            self._fail_at_end(f"the application ended, but container {still[0].id} was stopped while still "
-                              f"ending {', '.join(still[0].ending)} (END_TIMEOUT_SECS="
-                              f"{self.attr('END_TIMEOUT_SECS')}): its last committed windows may not be final", ev.now)
-        for container in self.plan.containers.values():
-            if container.state in ALIVE:
-                container.state = ContainerState.RELEASED
-        return self._maybe_finish(force=True)
 
+def fail_at_end(books: Books, diagnostics: str, now: int) -> None:
+    """A SUCCEEDED application whose end went wrong before its final state was sent: FAILED."""
+    if books.state != "SUCCEEDED" or books.finish_sent:
+        return
+    books.state = "FAILED"
+    books.diagnostics = diagnostics
+    books.finished_millis = now
+    note(books, now, "finish", f"application FAILED: {diagnostics}")
+
+
+def error_after_end(books: Books, container_id: str, operators: list[int], msg: str, now: int) -> None:
+    """An operator's teardown (or last ``committed``) failed after the application ended."""
+    labels = {r["id"]: r["label"] for r in books.removed}
+    labels.update((op.id, op.label) for op in books.plan.operators.values())
+    named = ", ".join(labels.get(o, str(o)) for o in operators) or "an operator"
+    fail_at_end(books, f"the application ended, but {named} in {container_id} "
+                       f"failed while ending, so its output may be incomplete: {last_line(msg)}", now)
+
+
+def handle_containers_stopped(books: Books, ev: ContainersStopped) -> list[Instruction]:
+    """After the end: the launcher stopped what was left; Finish (once)."""
+    still = [c for c in (books.plan.containers.get(cid) for cid in ev.stopped) if c is not None and c.ending]
+    if still:
+        fail_at_end(books, f"the application ended, but container {still[0].id} was stopped while still "
+                           f"ending {', '.join(still[0].ending)} (END_TIMEOUT_SECS="
+                           f"{books.attr('END_TIMEOUT_SECS')}): its last committed windows may not be final",
+                    ev.now)
+    for container in books.plan.containers.values():
+        if container.state in ALIVE:
+            container.state = ContainerState.RELEASED
+    return maybe_finish(books, force=True)

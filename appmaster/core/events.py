@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from stram import wire as proto
-
 __all__ = ["MasterEvent", "Start", "AdoptContainers", "ContainerStarted", "InitContextRequest", "Heartbeat", "ErrorReport",
            "ContainerExited", "Tick", "KillContainerRequest", "KillApp", "ShutdownRequest", "DiskFull", "Resumed",
            "ContainersStopped", "ScaleRequest", "ScaleStatesWritten", "Note", "StackTraceRequest", "UnknownEvent",
@@ -63,9 +61,12 @@ class InitContextRequest(MasterEvent):
 
 @dataclass(frozen=True)
 class Heartbeat(MasterEvent):
-    """A container heartbeat (replied with the heartbeat response)."""
+    """A container heartbeat (replied with the heartbeat response, a ``ContainerHeartbeatResponse``).
 
-    heartbeat: proto.ContainerHeartbeat
+    ``heartbeat`` is the ``ContainerHeartbeat`` message as it arrived (:mod:`stram.wire`): the
+    handler reads it in place (:mod:`stram.master.core.convert`)."""
+
+    heartbeat: Any
     now: int
     #: Where the call came from, for log lines.
     peer: str = ""

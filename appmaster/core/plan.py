@@ -1,7 +1,9 @@
 """The physical plan: partitions, unifiers, locality groups and containers.
 
 Built from a validated :class:`stram.master.spec.AppSpec` (the logical plan).
-Pure data and functions: no sockets, no files, no clocks.
+Pure data and functions: no sockets, no files, no clocks. A plan owns the
+trackers of what changed in it (:class:`~stram.master.core.changes.PlanChanges`,
+its ``changes``): the operators and containers it takes in report to them.
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from stram.common.partition import partition_keys, partition_mask
-from stram.master.core.changes import COMMITTED, Tracked, touch, untracked
+from stram.master.core.changes import PlanChanges, Tracked, attach, touch, untracked
 
 __all__ = ["OperatorState", "ContainerState", "PTInput", "PTOperator", "PTContainer", "PhysicalPlan",
-           "INLINE_LOCALITIES", "affected_operators"]
+           "INLINE_LOCALITIES", "ALIVE", "GONE", "affected_operators"]
 
 INLINE_LOCALITIES = ("THREAD_LOCAL", "CONTAINER_LOCAL")
 
@@ -48,6 +50,12 @@ class ContainerState(enum.StrEnum):
     RUNNING = "RUNNING"     #: the agent heartbeats
     LOST = "LOST"           #: exited, timed out or killed; its operators went elsewhere
     RELEASED = "RELEASED"   #: no longer needed (emptied, or the application ended)
+
+
+#: Containers with a process the master asked for and may still have to stop.
+ALIVE = (ContainerState.PENDING, ContainerState.RUNNING)
+#: Containers that will never run operators again.
+GONE = (ContainerState.LOST, ContainerState.RELEASED)
 
 
 @dataclass(slots=True)
@@ -145,10 +153,6 @@ class PTContainer(Tracked):
     ending: list[str] = field(default_factory=list)
 
 
-#: The committed window follows operators only (a container's state is not an operator's).
-COMMITTED.types = (PTOperator,)
-
-
 class PhysicalPlan:
     """Physical operators and the containers they are placed in."""
 
@@ -159,6 +163,9 @@ class PhysicalPlan:
         self.next_operator_id = 1
         #: The number of the next container id (``container_000001`` ...; never reused).
         self.next_container_number = 1
+        #: What changed in this plan, for its readers (the journal, the committed window); the
+        #: committed window follows operators only (a container's state is not an operator's).
+        self.changes = PlanChanges(committed_types=(PTOperator,))
 
     # ------------------------------------------------------------- building
     @classmethod
@@ -184,7 +191,7 @@ class PhysicalPlan:
             kind = "INPUT" if issubclass(op_cls, InputOperator) else "GENERIC"
             n = ospec.partitions
             attrs = _operator_attributes(spec, name)
-            parts[name] = [plan._add(PTOperator(
+            parts[name] = [plan.add_operator(PTOperator(
                 id=0, name=name, kind=kind, class_name=ospec.class_name,
                 properties=dict(ospec.properties), attributes=attrs,
                 partition_index=i, partition_count=n,
@@ -210,7 +217,7 @@ class PhysicalPlan:
                         spec.operators[sink.operator].load_class(), "external_inputs", False):
                     # (an operator reading its inputs itself gets every upstream partition: no unifier)
                     down = downstream[0]
-                    unifier = plan._add(PTOperator(
+                    unifier = plan.add_operator(PTOperator(
                         id=0, name=f"{stream.source.operator}.{stream.source.port}.unifier", kind="UNIFIER",
                         class_name=unifier_class_name(up_cls), attributes=dict(down.attributes),
                         unifies=stream.source.operator, recovery_checkpoint=initial_checkpoint,
@@ -243,11 +250,25 @@ class PhysicalPlan:
                      len(plan.containers), time.monotonic() - started)
         return plan
 
-    def _add(self, op: PTOperator) -> PTOperator:
+    def add_operator(self, op: PTOperator) -> PTOperator:
+        """Add a new operator under the next operator id (assigned to ``op.id``); ``op``."""
         op.id = self.next_operator_id
         self.next_operator_id += 1
+        return self.put_operator(op)
+
+    def put_operator(self, op: PTOperator) -> PTOperator:
+        """Hold ``op`` under its own id; from now on its changes mark this plan's trackers."""
         self.operators[op.id] = op
+        attach(op, self.changes)
+        touch(op)
         return op
+
+    def put_container(self, container: PTContainer) -> PTContainer:
+        """Hold ``container`` under its own id; from now on its changes mark this plan's trackers."""
+        self.containers[container.id] = container
+        attach(container, self.changes)
+        touch(container)
+        return container
 
     def new_container_id(self) -> str:
         cid = f"container_{self.next_container_number:06d}"
@@ -271,8 +292,7 @@ class PhysicalPlan:
                 merged[i % max_containers].extend(members)
             ordered = merged
         for members in ordered:
-            container = PTContainer(id=self.new_container_id())
-            self.containers[container.id] = container
+            container = self.put_container(PTContainer(id=self.new_container_id()))
             for op_id in members:
                 self.assign(op_id, container.id)
 

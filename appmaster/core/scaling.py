@@ -1,7 +1,7 @@
 """Live repartitioning: change a logical operator's partition count while the application runs.
 
 The decisions are pure and the I/O stays in :mod:`stram.master.process.master`.
-A request is a ``ScaleRequest`` event handled by :class:`~stram.master.core.state.MasterState`,
+A request is a ``ScaleRequest`` event handled by :mod:`~stram.master.core.repartition`,
 which calls into this module; the functions here read the state only through
 :class:`StateView` and change nothing:
 
@@ -66,10 +66,10 @@ __all__ = ["ScaleRefused", "StateWrite", "ScaleChange", "ScaleResult", "Operator
 
 
 class StateView(Protocol):
-    """What this module reads of a :class:`stram.master.core.state.MasterState`, and all it reads.
+    """What this module reads of the master's books (:class:`stram.master.core.books.Books`), and all it reads.
 
     Nothing here changes the state: :func:`plan_scale` builds the new plan on a copy,
-    and the state's scale handler installs it (``MasterState.handle(ScaleStatesWritten)``).
+    and the state's scale handler installs it (:mod:`stram.master.core.repartition`).
     """
 
     spec: Any
@@ -83,8 +83,6 @@ class StateView(Protocol):
     def attr(self, name: str) -> Any: ...
 
     def journal_key(self) -> tuple: ...
-
-    def throughput(self, op_id: int) -> float: ...
 
 
 class ScaleRefused(ValueError):
@@ -311,8 +309,8 @@ def plan_scale(state: StateView, name: str, count: int) -> ScaleChange:
     new_parts: list[PTOperator] = []
     for k in range(count):
         cid = new.new_container_id()
-        new.containers[cid] = PTContainer(id=cid)
-        op = new._add(PTOperator(
+        new.put_container(PTContainer(id=cid))
+        op = new.add_operator(PTOperator(
             id=0, name=name, kind=kind, class_name=template.class_name,
             properties=copy.deepcopy(template.properties), attributes=dict(template.attributes),
             partition_index=k, partition_count=count, checkpoints=[window],
@@ -334,7 +332,7 @@ def plan_scale(state: StateView, name: str, count: int) -> ScaleChange:
         codec = stream.codec or port_codec(spec.operators[src.operator].load_class(), src.port)
         if count == 1 and len(ups) > 1:
             (op,) = new_parts
-            unifier = new._add(PTOperator(
+            unifier = new.add_operator(PTOperator(
                 id=0, name=f"{src.operator}.{src.port}.unifier", kind="UNIFIER",
                 class_name=unifier_class_name(spec.operators[src.operator].load_class()),
                 attributes=dict(op.attributes), unifies=src.operator, checkpoints=[window],
@@ -369,7 +367,7 @@ def plan_scale(state: StateView, name: str, count: int) -> ScaleChange:
             reads_itself = getattr(spec.operators[sink.operator].load_class(), "external_inputs", False)
             if len(downs) == 1 and count > 1 and not reads_itself:  # (as PhysicalPlan.from_spec does)
                 (down,) = downs
-                unifier = new._add(PTOperator(
+                unifier = new.add_operator(PTOperator(
                     id=0, name=f"{name}.{port}.unifier", kind="UNIFIER", class_name=unifier_class_name(op_cls),
                     attributes=dict(down.attributes), unifies=name, checkpoints=[down.recovery_checkpoint],
                     recovery_checkpoint=down.recovery_checkpoint, current_window=down.recovery_checkpoint))
@@ -529,7 +527,7 @@ class OperatorStats:
     partitions: int
     active: int
     #: Tuples per second over the recent windows, all partitions together
-    #: (``MasterState.throughput``: tuples out, or in for operators emitting nothing).
+    #: (tuples out, or in for operators emitting nothing, as ``MasterState.throughput``).
     tuples_per_sec: float
     #: Tuples arriving per second, all partitions together.
     input_tuples_per_sec: float
@@ -546,7 +544,7 @@ def stats_view(state: StateView) -> Mapping[str, OperatorStats]:
         parts = state.plan.partitions(name)
         if not parts:
             continue
-        rates = tuple(round(state.throughput(p.id), 1) for p in parts)
+        rates = tuple(round(_output_rate(state, p.id), 1) for p in parts)
         view[name] = OperatorStats(
             name=name, class_name=ospec.class_name, partitions=len(parts),
             active=sum(1 for p in parts if p.state == OperatorState.ACTIVE),
@@ -581,6 +579,11 @@ def listener_requests(view: Mapping[str, OperatorStats], answer: Any) -> list[tu
             continue
         wanted.append((str(name), count))
     return wanted
+
+
+def _output_rate(state: StateView, op_id: int) -> float:
+    history = state.window_history.get(op_id)  # tuples out a second (in, for an operator emitting none)
+    return history.rate() if history else 0.0
 
 
 def _input_rate(state: StateView, op_id: int) -> float:

@@ -12,9 +12,9 @@ one JSON line per write with the fields that changed::
      "containers": {"container_000003": {"last_heartbeat_millis": ...}},
      "top": {"committed": ...}, "removed": [{...}]}
 
-Which operators and containers changed comes from the marks of
-:data:`stram.master.core.changes.JOURNAL`, so a heartbeat costs the size of what it
-changed. Progress figures (:data:`stram.master.core.changes.VOLATILE`: current windows,
+Which operators and containers changed comes from the marks of the plan's
+journal tracker (:attr:`stram.master.core.changes.PlanChanges.journal`), so a heartbeat
+costs the size of what it changed. Progress figures (:data:`stram.master.core.changes.VOLATILE`: current windows,
 the heartbeat and window clocks) do not mark an object: they are written with
 its next other change and in every snapshot, and a restored master resets the
 clocks and reads a current window as a lower bound until the next heartbeat.
@@ -41,8 +41,8 @@ import os
 from typing import Any, Callable, Protocol
 
 from stram.common import apppath, fs
-from stram.master.core import changes
 from stram.master.core.plan import PTContainer, PTOperator
+from stram.master.core.statedoc import fields_doc
 from stram.master.journal import document as journal
 
 log = logging.getLogger("stram.master.journal")
@@ -72,7 +72,7 @@ def _hot(obj: Any) -> dict[str, Any]:
                 "shutdown_window": obj.shutdown_window, "restarts": obj.restarts, "last_error": obj.last_error,
                 "window_advanced_millis": obj.window_advanced_millis, "resume_window": obj.resume_window,
                 "publisher_masks": dict(obj.publisher_masks)}
-    return journal._to_doc(obj)
+    return fields_doc(obj)
 
 
 def _cold(obj: PTOperator) -> tuple:
@@ -137,19 +137,20 @@ class JournalWriter:
         if self._compacting is not None:
             self._reap()
         plan = state.plan
-        key = (changes.structure(), len(plan.operators), len(plan.containers), plan.next_operator_id,
+        tracker = plan.changes.journal
+        key = (plan.changes.structure, len(plan.operators), len(plan.containers), plan.next_operator_id,
                plan.next_container_number)
         ops, containers = plan.operators, plan.containers
-        dirty = changes.JOURNAL.take(lambda obj: ops.get(getattr(obj, "id", None)) is obj
-                                     or containers.get(getattr(obj, "id", None)) is obj)
-        if (plan is not self._plan or key != self._key or changes.JOURNAL.epoch != self._epoch
+        dirty = tracker.take(lambda obj: ops.get(getattr(obj, "id", None)) is obj
+                             or containers.get(getattr(obj, "id", None)) is obj)
+        if (plan is not self._plan or key != self._key or tracker.epoch != self._epoch
                 or len(state.removed) < self._removed or not self._local()):
             try:
                 self.last_bytes = self._snapshot(state)
             except BaseException:
                 self._plan = None  # the next write is a snapshot again
                 raise
-            self._plan, self._key, self._epoch = plan, key, changes.JOURNAL.epoch
+            self._plan, self._key, self._epoch = plan, key, tracker.epoch
             return self.last_bytes
         record: dict[str, Any] = {}
         new_ops: dict[int, dict[str, Any]] = {}
@@ -186,7 +187,7 @@ class JournalWriter:
             self._append(line)
         except BaseException:
             for obj in dirty:  # not written: still changed
-                changes.JOURNAL.mark(obj)
+                tracker.mark(obj)
             raise
         self._remember(new_ops, new_containers, top, len(state.removed))
         self._log_bytes += len(line)

@@ -28,7 +28,7 @@ from stram.common.logsetup import rate_limit
 from stram.master.core import scaling
 from stram.master.core.events import DiskFull, MasterPaused, Resumed
 from stram.master.core.pacing import HeartbeatPacer
-from stram.master.core.plan import ContainerState
+from stram.master.core.plan import GONE
 from stram.master.core.reports import in_chunks
 from stram.master.core.state import (AdoptContainer, AdoptContainers, ContainerExited, ContainersStopped,
                                      ContainerStarted, DeleteCheckpoints, Finish, KillApp, KillContainer,
@@ -77,12 +77,13 @@ class AppMaster(AddressFiles):
         previous = read_journal(app_path)  # JournalVersionError: one this stram cannot read
         #: Snapshots and the log of what changed between them (:mod:`stram.master.journal.log`), compacted apart.
         self.journal_writer = JournalWriter(app_path, (previous or {}).get("log_generation", 0), compactor.start)
+        # the state's pacer: the heartbeat interval containers are asked for, stretched while answers
+        # queue (stram.master.core.pacing), from the DAG attributes the state holds
+        pacer = HeartbeatPacer.for_attributes(spec.attribute)
         if previous is not None:
-            self.state = MasterState.restore(spec, previous, app_path, token, now)
+            self.state = MasterState.restore(spec, previous, app_path, token, now, pacer=pacer)
         else:
-            self.state = MasterState(spec, app_id, app_path, token, now, now)
-        #: The heartbeat interval containers are asked for, stretched while answers queue (:mod:`stram.master.core.pacing`).
-        self.state.pacer = HeartbeatPacer.for_attributes(self.state.attr)
+            self.state = MasterState(spec, app_id, app_path, token, now, now, pacer=pacer)
         self._journal_key: tuple | None = None
         #: The master's own writes that wait for space (the journal), and its time limit.
         self.pauses = space.Pauses(float(spec.attribute("DISK_FULL_TIMEOUT_SECS")))
@@ -439,7 +440,7 @@ class AppMaster(AddressFiles):
                 with self.lock:
                     done = len(self.state.removed)
                     total = done + len(self.state.plan.operators)
-                    live = sum(1 for c in self.state.plan.containers.values() if c.state not in _GONE)
+                    live = sum(1 for c in self.state.plan.containers.values() if c.state not in GONE)
                 self.launcher.set_progress(done / total if total else 1.0)
                 # (a front process accepts the calls in an interpreter of its own)
                 if self.servicer is not None and isinstance(self.server, UmbilicalServer):
@@ -585,8 +586,6 @@ class AppMaster(AddressFiles):
 
 #: Seconds between two checks that ``heartbeatUri`` and ``admin.json`` are present and current.
 KEEP_FILES_SECONDS = 2.0
-#: Containers that no longer count as live (the GIL switch interval's count).
-_GONE = (ContainerState.LOST, ContainerState.RELEASED)
 #: The stats listener is called at most this often.
 LISTENER_INTERVAL_MILLIS = 1000
 

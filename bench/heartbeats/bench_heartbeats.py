@@ -35,6 +35,7 @@ from typing import Any
 
 from bench.heartbeats import heartbeat_master, heartbeat_report
 from bench.heartbeats.heartbeat_wire import SimContainer
+from stram.common import apps
 
 #: The repository: the master's and the agents' working directory.
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -156,16 +157,16 @@ def run_master(app_dir: str, profile: bool, adopt: bool) -> int:
             journal_times.append(time.perf_counter() - t0)
 
     master.dispatcher.journal = timed_journal  # type: ignore[attr-defined]
-    update = master.state._update_committed
+    update = master.state.committed_window.update
 
-    def timed_update(now: int) -> Any:
+    def timed_update(state: Any) -> Any:
         t0 = time.perf_counter()
         try:
-            return update(now)
+            return update(state)
         finally:
             committed_times.append(time.perf_counter() - t0)
 
-    master.state._update_committed = timed_update  # type: ignore[method-assign]
+    master.state.committed_window.update = timed_update  # type: ignore[method-assign]
     batches: list[int] = []  # sizes of the heartbeat batches (Dispatcher.dispatch_many)
     dispatch_many = master.dispatch_many
 
@@ -413,9 +414,10 @@ def measure(containers: int, operators: int, seconds: float, procs: int, interva
         f.write(spec_yaml(containers, operators, interval_ms, 500, checkpoint_windows, 30_000, max_interval_ms,
                           front_from))
     token = secrets.token_hex(16)
-    for path in (os.path.join(sim, "token"), os.path.join(app_dir, "token")):  # the harness's; the CLI's
-        with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
-            f.write(token)
+    with open(os.open(os.path.join(sim, "token"), os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:  # the harness's
+        f.write(token)
+    os.environ["STRAM_HOME"] = home  # the CLI's copy, where `stram list-operators` looks for it
+    apps.write_token(APP_ID, token)
     open(os.path.join(sim, "launched"), "w").close()
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     me = [sys.executable, "-m", MODULE]

@@ -24,7 +24,7 @@ def test_a_running_process_is_not_ended(sleeper):
     proc = psutil.Process(sleeper.pid)
     assert liveness.stat_flags(sleeper.pid) & liveness.PF_EXITING == 0
     assert not liveness.ended(proc)
-    assert apps._alive({"pid": sleeper.pid, "started": proc.create_time()}) is True
+    assert apps.process_alive({"pid": sleeper.pid, "started": proc.create_time()}) is True
 
 
 def test_a_killed_process_is_ended_as_a_zombie_and_once_reaped(sleeper):
@@ -35,7 +35,7 @@ def test_a_killed_process_is_ended_as_a_zombie_and_once_reaped(sleeper):
     assert liveness.ended(proc)
     sleeper.wait()
     assert liveness.ended(proc)
-    assert apps._alive({"pid": sleeper.pid, "started": proc.create_time()}) is False
+    assert apps.process_alive({"pid": sleeper.pid, "started": proc.create_time()}) is False
 
 
 def test_a_process_flagged_exiting_is_ended_though_its_status_says_running(sleeper, monkeypatch):
@@ -46,7 +46,7 @@ def test_a_process_flagged_exiting_is_ended_though_its_status_says_running(sleep
     monkeypatch.setattr(liveness, "stat_flags", lambda pid: flags | liveness.PF_EXITING)
     assert proc.status() != psutil.STATUS_ZOMBIE
     assert liveness.ended(proc)
-    assert apps._alive({"pid": sleeper.pid, "started": proc.create_time()}) is False
+    assert apps.process_alive({"pid": sleeper.pid, "started": proc.create_time()}) is False
 
 
 def test_stat_flags_reads_past_a_command_name_with_spaces_and_parentheses(tmp_path):

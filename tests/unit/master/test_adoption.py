@@ -21,6 +21,7 @@ from conftest import ROOT
 from e2ekit import wait_until
 from statekit import StateRun, container_heartbeat
 
+from stram.master.core import lifecycle
 from stram.master.core.instructions import AdoptContainer, LaunchContainer
 from stram.master.core.plan import ContainerState, OperatorState
 from stram.master.core.state import AdoptContainers, ContainerExited, ContainerStarted, MasterState
@@ -142,7 +143,7 @@ def test_relaunch_forgets_the_previous_process():
     state = run.state
     cid = sorted(state.plan.containers)[0]
     state.handle(ContainerStarted(cid, 4242, 1_700_000_123.25, 1))
-    launch = state._launch(state.plan.containers[cid], 2)
+    launch = lifecycle.launch(state, state.plan.containers[cid], 2)
     assert isinstance(launch, LaunchContainer)
     assert (state.plan.containers[cid].pid, state.plan.containers[cid].process_started) == (0, 0.0)
 

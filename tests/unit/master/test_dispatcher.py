@@ -93,7 +93,7 @@ def test_an_unknown_event_raises_in_the_state_and_through_the_door():
 def test_every_event_has_a_handler_and_every_instruction_an_action(tmp_path):
     events = {cls for cls in vars(state_mod).values()
               if isinstance(cls, type) and issubclass(cls, MasterEvent) and cls is not MasterEvent}
-    assert events == set(state_mod._HANDLERS)
+    assert events == set(state_mod.MasterState.HANDLERS)
     master = AppMaster(AppSpec.from_yaml(SPEC), "app-door", f"file://{tmp_path}", "tok", FakeLauncher())
     instructions = {cls for cls in vars(state_mod).values()
                     if isinstance(cls, type) and issubclass(cls, Instruction) and cls is not Instruction}

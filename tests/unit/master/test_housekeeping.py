@@ -251,7 +251,6 @@ def test_a_restored_state_neither_plans_the_spec_again_nor_keeps_stale_change_ma
     """Restore used to plan the spec, then replace that plan with the journal's: the discarded
     plan's objects stayed marked changed, and every heartbeat's journal write and committed-window
     update scanned them (10 ms each at 20,000 operators)."""
-    from stram.master.core import changes
     from stram.master.core.plan import PhysicalPlan
     from stram.master.core.state import MasterState
     from stram.master.spec import AppSpec
@@ -266,7 +265,7 @@ def test_a_restored_state_neither_plans_the_spec_again_nor_keeps_stale_change_ma
 
     monkeypatch.setattr(PhysicalPlan, "from_spec", no_planning)
     restored = MasterState.restore(AppSpec.from_yaml(spec), doc, run.state.app_path, "test-token", 10_000)
-    assert len(changes.JOURNAL.marks) == 0 and len(changes.COMMITTED.marks) == 0
+    assert len(restored.plan.changes.journal.marks) == 0 and len(restored.plan.changes.committed.marks) == 0
     clocks = ("window_advanced_millis", "last_heartbeat_millis", "launch_at")  # restarted at `now` by design
 
     def timeless(plan: dict) -> dict:
@@ -278,7 +277,7 @@ def test_a_restored_state_neither_plans_the_spec_again_nor_keeps_stale_change_ma
     again.everyone(4, 2)
     assert restored.committed == run.state.committed
     live = set(map(id, restored.plan.operators.values())) | set(map(id, restored.plan.containers.values()))
-    assert set(changes.JOURNAL.marks) <= live  # only the restored plan's objects, never others
+    assert set(restored.plan.changes.journal.marks) <= live  # only the restored plan's objects, never others
 
 
 def test_the_purger_deletes_each_file_its_delay_after_submission_at_the_earliest(tmp_path):

@@ -127,8 +127,8 @@ T0 = 1_700_000_000_000
 
 def test_containers_are_asked_for_the_paced_interval_but_one_being_deployed_for_the_configured_one():
     clock = Clock()
-    state = MasterState(AppSpec.from_yaml(SPEC), "app", "file:///tmp/paced", "tok", T0, T0)
-    state.pacer = HeartbeatPacer(1000, 10000, clock)
+    state = MasterState(AppSpec.from_yaml(SPEC), "app", "file:///tmp/paced", "tok", T0, T0,
+                        pacer=HeartbeatPacer(1000, 10000, clock))
     state.handle(Start(T0))
     assert stretch(state.pacer, clock, 3) == 3375
     (cid, *_) = sorted(state.plan.containers)
