@@ -48,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     prestarted = _prestart_first_container(args, log_dir)  # its start overlaps this one's imports
     from stram.common.errors import StramError
     try:
-        from stram.master.process.master import AppMaster, install_signal_handlers
+        from stram.master.process.master import AppMaster
+        from stram.master.process.signals import install_signal_handlers
         from stram.master.spec import AppSpec
         spec_uri = apppath.file(args.app_path, apppath.SPEC)
         spec = AppSpec.from_yaml(fs.read_bytes(spec_uri).decode(), source=spec_uri)

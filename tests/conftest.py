@@ -90,3 +90,5 @@ def read_counts(out_dir: pathlib.Path | str) -> tuple[Counter, dict[str, int], l
 from hadoop import minicluster, minicluster_driver, on_minicluster  # noqa: E402,F401
 # the session's Kafka broker (./scripts/kafka), for the Kafka connector tests
 from kafka_fixture import kafka, on_kafka  # noqa: E402,F401
+# a headless Chromium (Debian's, through Playwright), for the console's browser tests
+from browser import chromium  # noqa: E402,F401

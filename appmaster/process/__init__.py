@@ -11,4 +11,6 @@
     Obsolete checkpoints and GC tuning off the heartbeat path; the DAG's STATS_LISTENER.
 ``supervise``
     A local application's supervisor: restarts master attempts as YARN would.
+``signals``
+    SIGTERM/SIGINT: a kill while the application runs, the master's stop once it ended.
 """

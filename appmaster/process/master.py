@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import socket
 import sys
 import threading
@@ -588,12 +587,3 @@ class AppMaster(AddressFiles):
 KEEP_FILES_SECONDS = 2.0
 #: The stats listener is called at most this often.
 LISTENER_INTERVAL_MILLIS = 1000
-
-
-def install_signal_handlers(master: AppMaster) -> None:
-    """SIGTERM/SIGINT kill the application: containers stopped, state KILLED."""
-    def handler(signum: int, frame: Any) -> None:
-        log.info("signal %d: killing the application", signum)
-        master.request_kill()
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)

@@ -50,6 +50,15 @@ STRAM_PACKAGES = ("stram",)
 _STRAM_ROOTS = ("stram", "stram.master", "stram.agent", "stram.wire")
 #: Suffixes YARN (through Skein) unpacks as archives.
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".zip")
+#: The options of Skein's application master, a JVM in the master's container (``$JAVA_HOME/bin/java
+#: ... com.anaconda.skein.ApplicationMaster``, with the master's environment). Its web UI -- what the
+#: application's tracking URL shows -- renders the overview page with Mustache, which reads the
+#: registered service pages (stram's console) from a ``java.util.TreeMap`` entry by reflection: on
+#: Java 17 that is an ``InaccessibleObjectException`` (HTTP 500) unless ``java.util`` is open to the
+#: unnamed module. The ``java`` launcher of Java 9 and later reads ``JDK_JAVA_OPTIONS`` (where
+#: ``--add-opens`` is valid, and harmless before 17); Java 8's ignores it. The master script unsets
+#: it, so that no other ``java`` (``hadoop classpath``) picks it up.
+AM_JAVA_OPTIONS = "--add-opens=java.base/java.util=ALL-UNNAMED"
 
 
 def application_spec(spec: Any, spec_path: str | None = None, *, python_env: str | None = None,
@@ -159,9 +168,12 @@ def application_spec(spec: Any, spec_path: str | None = None, *, python_env: str
         if os.environ.get("STRAM_KINIT_INTERVAL"):  # how often the nodes renew their tickets
             common_env["STRAM_KINIT_INTERVAL"] = os.environ["STRAM_KINIT_INTERVAL"]
     master_env = dict(common_env, STRAM_TOKEN_FILE=TOKEN_FILE, STRAM_APP_PATH=app_path, STRAM_LAUNCHER="yarn",
-                      STRAM_USER=_hadoop_user(principal))  # the admin API's modify ACL
+                      STRAM_USER=_hadoop_user(principal),  # the admin API's modify ACL
+                      JDK_JAVA_OPTIONS=AM_JAVA_OPTIONS)  # for Skein's application master (its web UI)
     preamble = _script_preamble(activate, bool(app_archive), bool(principal and keytab))
     master_script = "\n".join([
+        "# JDK_JAVA_OPTIONS is for Skein's application master, the JVM that started this script",
+        "unset JDK_JAVA_OPTIONS",
         preamble,
         "# the application id is only known once YARN accepted the submission",
         'export STRAM_APP_ID="${STRAM_APP_ID:-$SKEIN_APPLICATION_ID}"',

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import http.server
 import os
-import shutil
 import threading
 import time
 import urllib.error
@@ -27,34 +26,12 @@ import urllib.request
 import pytest
 from conftest import ROOT, read_counts, word_truth
 from e2ekit import admin, launch_detached, wait_final, wait_until
-from needs import missing
 
 from stram.common import apps as stram_apps
 
 MOBY = ROOT / "specs" / "data" / "moby-dick.txt"
 WORDS = ROOT / "specs" / "data" / "words.txt"
 XSS_NAME = "<script>alert(1)</script><img src=x onerror=alert(2)>"
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    """A headless Chromium (the system's), through Playwright."""
-    executable = os.environ.get("STRAM_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-    if not executable:
-        missing("headless Chromium for the console's browser tests",
-                "Debian's `chromium` (apt-get install chromium; ./scripts/test installs it as root)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        missing("headless Chromium for the console's browser tests",
-                "Playwright for Python (pip install -e '.[test]')")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=executable, headless=True,
-                                    args=["--no-sandbox", "--disable-dev-shm-usage"])
-        try:
-            yield browser
-        finally:
-            browser.close()
 
 
 @pytest.fixture

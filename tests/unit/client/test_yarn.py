@@ -110,11 +110,16 @@ def test_wordcount_application_spec(tmp_path):
     master = aspec.master
     assert (master.resources.memory, master.resources.vcores) == (1024, 1)
     lines = master.script.splitlines()
-    assert lines[0] == "set -e"
+    # Skein's application master (a JVM) gets java.util opened: its web UI's overview page, the
+    # tracking URL, lists stram's page through reflection that Java 17 refuses otherwise; no
+    # other java of the master's container gets it (the script unsets it first)
+    assert master.env["JDK_JAVA_OPTIONS"] == "--add-opens=java.base/java.util=ALL-UNNAMED"
+    assert lines[1] == "unset JDK_JAVA_OPTIONS" and lines[2] == "set -e"
     assert lines[-1] == "exec python -m stram.master --launcher yarn"
     assert 'export STRAM_APP_ID="${STRAM_APP_ID:-$SKEIN_APPLICATION_ID}"' in lines
     assert "python -m stram.master.launch.yarnnode prepare-master spec.yaml" in lines
-    assert set(master.env) == {"STRAM_APP_PATH", "STRAM_TOKEN_FILE", "STRAM_LAUNCHER", "PYTHONUNBUFFERED", "STRAM_USER"}
+    assert set(master.env) == {"STRAM_APP_PATH", "STRAM_TOKEN_FILE", "STRAM_LAUNCHER", "PYTHONUNBUFFERED", "STRAM_USER",
+                               "JDK_JAVA_OPTIONS"}
     assert master.env["STRAM_APP_PATH"].startswith(f"hdfs:///user/{yarn.appspec._hadoop_user(None)}/.stram/apps/wordcount-")
     # the token is a private localized file, never in the environment
     assert master.env["STRAM_TOKEN_FILE"] == "stram.token"
