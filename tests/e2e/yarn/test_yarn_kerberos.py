@@ -16,16 +16,15 @@ exactly once. Its processes reach HDFS with tickets they renew from the keytab.
 
 from __future__ import annotations
 
-import pathlib
 import subprocess
 import time
 
 import pytest
-from conftest import read_counts, word_truth
+from conftest import ROOT, read_counts, word_truth
 from e2ekit import wait_until
 from hadoop import as_user_of, collect_logs, launch_following, start_cluster, stop_cluster, stram
 
-WORDS = pathlib.Path(__file__).resolve().parent.parent / "specs" / "data" / "words.txt"
+WORDS = ROOT / "specs" / "data" / "words.txt"
 #: How long the cluster's delegation tokens live (HDFS's and YARN's; renewals cannot pass it).
 TOKEN_LIFETIME = 60
 
