@@ -141,6 +141,10 @@ class Books:
         self.attempt = 1
         #: Finish was returned (it is returned once).
         self.finish_sent = False
+        #: The committed window the watchdog last saw move, and when (:func:`~.recovery.watch_committed`).
+        self.committed_seen = (self.committed, now)
+        #: Why the committed window has not moved for long, naming the operator that holds it back ("": it moves).
+        self.stalled = ""
         #: (plan, its shape's key, its downstream map), kept while the plan's shape stays
         #: (:func:`stram.master.core.deploy.downstream_map`).
         self.downstream_cache: tuple[PhysicalPlan, tuple, dict[int, list[int]]] | None = None

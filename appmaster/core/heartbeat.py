@@ -28,8 +28,8 @@ from stram.master.core.events import Heartbeat
 from stram.master.core.instructions import Instruction, Reply
 from stram.master.core.lifecycle import finish, maybe_finish, note, window_hex
 from stram.master.core.plan import GONE, ContainerState, OperatorState, PTContainer
-from stram.master.core.recovery import container_paused, operator_failed
-from stram.master.core.removal import process_shutdown_operators, remove_operator
+from stram.master.core.recovery import container_paused, operator_failed, operators_missing
+from stram.master.core.removal import process_shutdown_operators
 
 __all__ = ["handle_heartbeat", "process_operator", "response", "deployable"]
 
@@ -87,13 +87,13 @@ def handle_heartbeat(books: Books, ev: Heartbeat) -> list[Instruction]:
             unplanned.append(ohb.node_id)
         elif done:
             instructions += done
-    # processOperatorDeployStatus: deployed operators the heartbeat omits leave the plan
+    # processOperatorDeployStatus: a deployed, ACTIVE operator the heartbeat omits has not shut
+    # down (that is reported): its container lost it, a failure recovered from checkpoints
     operators = books.plan.operators
-    for op_id in sorted(container.operators):
-        op = operators.get(op_id)
-        if op is not None and op.state == OperatorState.ACTIVE and op_id not in reported:
-            note(books, now, "remove", f"operator {op.label} ({op_id}) missing from {container.id}'s heartbeat")
-            remove_operator(books, op, now, reason="missing from heartbeat")
+    missing = [op for op_id in sorted(container.operators)
+               if (op := operators.get(op_id)) is not None and op.state == OperatorState.ACTIVE and op_id not in reported]
+    if missing:
+        instructions += operators_missing(books, container, missing, now)
     instructions += books.committed_window.update(books)
     process_shutdown_operators(books, now)
     if books.state == "RUNNING" and not books.plan.operators:

@@ -14,6 +14,7 @@ The diagnostics name the operator that raised, its exception and traceback.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from stram.common.space import no_space_text
@@ -29,10 +30,13 @@ from stram.master.core.plan import (ALIVE, GONE, ContainerState, OperatorState, 
                                     affected_operators)
 from stram.master.core.rules import restart_backoff_millis
 
+log = logging.getLogger("stram.master.core.state")
+
 __all__ = ["TRACEBACK_LINES", "failure_diagnostics", "recover", "redeploy_in_place", "reset_for_redeploy",
            "operator_failed", "container_paused", "hold_window_clocks", "handle_disk_full", "handle_resumed",
            "handle_adopt_containers", "handle_container_started", "handle_container_exited", "handle_tick",
-           "handle_kill_container_request", "handle_error_report"]
+           "handle_kill_container_request", "handle_error_report", "operators_missing", "watch_committed",
+           "stall_limit_millis"]
 
 #: Lines of an operator's traceback kept in the application's diagnostics.
 TRACEBACK_LINES = 40
@@ -231,17 +235,70 @@ def handle_tick(books: Books, ev: Tick) -> list[Instruction]:
                                     f"no heartbeat from {container.id} for {timeout} ms", kill=True)
     find_blocked(books, now)
     for op in blocked_to_restart(books, now):  # restarts it, its stack in its last error
-        instructions += recover(books, [op.container], now, f"operator {op.label} blocked", kill=True)
+        instructions += recover(books, [op.container], now, f"operator {op.label} blocked", kill=True, failed=op.id)
+    watch_committed(books, now)
     return instructions
+
+
+def watch_committed(books: Books, now: int) -> None:
+    """The watchdog: a RUNNING application whose committed window stays frozen is never left
+    without a word. After :func:`stall_limit_millis` without a move (writes waiting for space
+    aside), ``books.stalled`` names the operator that holds the committed window back (the
+    one with the oldest recovery checkpoint), its window and state; it is logged once and
+    shown by ``info`` (get-app-info, the console) until the window moves again."""
+    window, since = books.committed_seen
+    if books.committed != window or books.paused:
+        books.committed_seen = (books.committed, now)
+        if books.stalled:
+            note(books, now, "stall", f"the committed window moves again ({window_hex(books.committed)})")
+            books.stalled = ""
+        return
+    stalled = now - since
+    if books.stalled or stalled < stall_limit_millis(books):
+        return
+    if not books.plan.operators:
+        return
+    # the one whose own newest checkpoint is oldest (recovery checkpoints also wait for downstreams)
+    op = min(books.plan.operators.values(), key=lambda o: (max(o.checkpoints, default=-1), o.current_window, o.id))
+    newest = window_hex(max(op.checkpoints)) if op.checkpoints else "none since it was deployed"
+    books.stalled = (f"the committed window {window_hex(books.committed)} has not moved for {stalled // 1000} s: "
+                     f"operator {op.label} ({op.id}) on {op.container or 'no container'} holds it back "
+                     f"({op.state.value}, at window {window_hex(op.current_window)}, newest checkpoint {newest})")
+    log.warning("%s: %s", books.app_id, books.stalled)
+    note(books, now, "stall", books.stalled)
+
+
+def stall_limit_millis(books: Books) -> int:
+    """How long the committed window may stay put before the watchdog speaks: three checkpoint
+    periods, and at least half a minute."""
+    window_ms = int(books.attr("STREAMING_WINDOW_SIZE_MILLIS"))
+    return max(30_000, 3 * int(books.attr("CHECKPOINT_WINDOW_COUNT")) * window_ms)
+
+
+def operators_missing(books: Books, container: PTContainer, ops: list[PTOperator], now: int) -> list[Instruction]:
+    """ACTIVE operators that ``container``'s heartbeat omits: the container no longer runs them,
+    yet none reported shutting down (only a reported SHUTDOWN removes an operator, see
+    :mod:`~.removal`). Each is a failure of the operator, counted toward RECOVERY_ATTEMPTS and
+    logged; the container is recovered from checkpoints as for a failed operator."""
+    for op in ops:
+        op.state = OperatorState.FAILED
+        op.last_error = (f"operator {op.label} ({op.id}) went missing from {container.id}'s heartbeat after "
+                         f"window {window_hex(op.current_window)} without reporting SHUTDOWN")
+        count_failure(books, op, op.last_error, op.current_window, now)
+        log.warning("%s: %s", books.app_id, op.last_error)
+        note(books, now, "missing", op.last_error)
+    labels = ", ".join(op.label for op in ops)
+    return recover(books, [container.id], now, f"operator {labels} missing from its heartbeat", kill=True,
+                   failed=[op.id for op in ops])
 
 
 # ------------------------------------------------------------ redeploying
 def recover(books: Books, container_ids: list[str | None], now: int, reason: str,
-            kill: bool = False, failed: int | None = None) -> list[Instruction]:
+            kill: bool = False, failed: int | list[int] | None = None) -> list[Instruction]:
     """Redeploy what lost containers held, and what depends on it, from recovery checkpoints.
 
-    ``failed``: the operator that raised (only its failures count toward RECOVERY_ATTEMPTS;
-    without it, every operator of the lost containers counts a failure)."""
+    ``failed``: the operator (or operators) that failed (only their failures count toward
+    RECOVERY_ATTEMPTS; without it, every operator of the lost containers counts a failure)."""
     instructions: list[Instruction] = []
     lost_ops: set[int] = set()
     plan = books.plan
@@ -258,7 +315,7 @@ def recover(books: Books, container_ids: list[str | None], now: int, reason: str
         return instructions + maybe_finish(books)
     books.recoveries += 1
     limit = books.attr("RECOVERY_ATTEMPTS")
-    for op_id in sorted(lost_ops) if failed is None else [failed]:
+    for op_id in sorted(lost_ops) if failed is None else [failed] if isinstance(failed, int) else sorted(failed):
         op = plan.operators[op_id]
         op.restarts += 1
         op_limit = op.attributes.get("RECOVERY_ATTEMPTS", limit)
@@ -320,6 +377,8 @@ def reset_for_redeploy(books: Books, op: PTOperator, affected: set[int]) -> None
     op.current_window = op.recovery_checkpoint
     books.totals[op.id].redeployed(op.recovery_checkpoint)  # the replayed windows count again
     op.window_advanced_millis = 0
+    books.blocked.discard(op.id)  # a new incarnation: a hang of it is found anew
+    books.blocked_waits.pop(op.id, None)
     if op.shutdown_window is not None:
         for ids in books.shutdown_operators.values():
             if op.id in ids:

@@ -124,7 +124,7 @@ def info_head(books: Books, brief: bool = False) -> dict[str, Any]:
                 "started_millis": books.started_millis, "finished_millis": books.finished_millis,
                 "committed_window": books.committed,
                 "containers": sum(1 for c in books.plan.containers.values() if c.state in ALIVE),
-                "operators": len(ops), "paused": dict(books.paused),
+                "operators": len(ops), "paused": dict(books.paused), "stalled": books.stalled,
                 "heartbeat_interval_millis": heartbeat_interval_millis(books),
                 "failures": _failures(books)}
     return {
@@ -138,6 +138,7 @@ def info_head(books: Books, brief: bool = False) -> dict[str, Any]:
         "throughput": {}, "recovery_checkpoints": {}, "restarts": {},
         "recoveries": books.recoveries, "attempt": books.attempt,
         "blocked": sorted(ops[o].label for o in books.blocked if o in ops),
+        "stalled": books.stalled,
         "paused": dict(books.paused),
         "shutdown_operators": {window_hex(w): [ops[o].label if o in ops else o for o in ids]
                                for w, ids in sorted(books.shutdown_operators.items())},

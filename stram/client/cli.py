@@ -139,6 +139,8 @@ def get_app_info(args: argparse.Namespace) -> int:
                          f"{f.get('error')}")
         if i.get("blocked"):
             lines.append(f"  blocked: {', '.join(i['blocked'])}")
+        if i.get("stalled"):
+            lines.append(f"  stalled: {i['stalled']}")
         for e in i.get("errors", [])[-5:]:
             lines.append(f"  error [{e['container']} {e['operators']}]: {e['msg'].strip().splitlines()[-1]}")
         for r in i.get("removed", [])[-5:]:

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from stram.client.adminhttp import request_json
-from stram.client.follow import pause_note
+from stram.client.follow import pause_note, stall_note
 from stram.common.apps import TERMINAL, find_app, pinned_tls, read_certificate, read_token
 from stram.common.errors import ClusterUnreachable, StramError
 
@@ -118,7 +118,7 @@ class LocalRun:
         rate = " ".join(f"{k}={v:,.0f}/s" for k, v in busiest)
         return (f"[{elapsed:6.1f}s] {info['state']} operators={info['operators']} "
                 f"containers={info['containers']} committed={info['committed_window_hex']} {rate}"
-                + pause_note(info) + failure_note(info))
+                + pause_note(info) + failure_note(info) + stall_note(info))
 
     def can_shut_down(self) -> bool:
         return True

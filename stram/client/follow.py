@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from stram.common.errors import StramError
 
-__all__ = ["Run", "follow", "pause_note"]
+__all__ = ["Run", "follow", "pause_note", "stall_note"]
 
 
 def pause_note(info: dict[str, Any]) -> str:
@@ -28,6 +28,11 @@ def pause_note(info: dict[str, Any]) -> str:
         return ""
     who, what = next(iter(paused.items()))
     return f" | {what}" + ("" if who == "master" else f" (in {who})")
+
+
+def stall_note(info: dict[str, Any]) -> str:
+    """The watchdog's word on a frozen committed window, for a progress line (" | stalled: ...")."""
+    return f" | stalled: {info['stalled']}" if info.get("stalled") else ""
 
 
 class Run(Protocol):

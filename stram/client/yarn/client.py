@@ -20,7 +20,7 @@ from typing import Any
 
 from stram.client.adminhttp import ADMIN_KEY, request_json
 from stram.client.follow import follow as follow_run
-from stram.client.follow import pause_note
+from stram.client.follow import pause_note, stall_note
 from stram.client.yarn.appspec import STRAM_TAG, application_spec, local_path_warnings
 from stram.client.yarn.driver import check_resources, connect, translate
 from stram.common.apps import read_token, write_token
@@ -133,7 +133,7 @@ class YarnRun:
             with contextlib.suppress(StramError):
                 info = admin_request(self.app_id, self.client, "info", timeout=3.0)
                 line += (f" operators={info.get('operators')} containers={info.get('containers')}"
-                         f" committed={info.get('committed_window_hex')}" + pause_note(info))
+                         f" committed={info.get('committed_window_hex')}" + pause_note(info) + stall_note(info))
         return line
 
     def can_shut_down(self) -> bool:

@@ -194,8 +194,10 @@ def _op_hb(node_id, state=proto.OperatorHeartbeat.ACTIVE, window=0):
     return proto.OperatorHeartbeat(node_id=node_id, state=state, current_window_id=window)
 
 
-def test_unplanned_operator_is_undeployed_and_missing_one_removed(umbilical):
-    """processOperatorDeployStatus through the real server: extra → undeploy, missing → removed."""
+def test_unplanned_operator_is_undeployed_and_missing_one_recovered(umbilical):
+    """processOperatorDeployStatus through the real server: extra → undeploy; an ACTIVE operator
+    missing from a heartbeat has not shut down (that is reported): its container lost it, a failure
+    counted and recovered from checkpoints, never a silent removal."""
     state, stub, _, _ = umbilical
     first = call(stub, "ProcessHeartbeat", proto.ContainerHeartbeat(
         container_id="container_000001", buffer_server_host="127.0.0.1", buffer_server_port=4242))
@@ -207,16 +209,18 @@ def test_unplanned_operator_is_undeployed_and_missing_one_removed(umbilical):
     response = call(stub, "ProcessHeartbeat", both)
     assert list(response.undeploy_request) == [999]
     assert state.plan.operators[ids["split"]].state.value == "ACTIVE"
-    # the next heartbeat omits "split": it leaves the physical plan, and its
-    # downstream loses that input
+    # the next heartbeat omits "split": a failure of split, recovered (its container replaced)
     only_reader = proto.ContainerHeartbeat(container_id="container_000001")
     only_reader.container_stats.operators.append(_op_hb(ids["reader"], window=w + 1))
-    response = call(stub, "ProcessHeartbeat", only_reader)
-    assert ids["split"] not in state.plan.operators
-    assert ids["split"] in response.undeploy_request
-    assert any(r["id"] == ids["split"] and r["reason"] == "missing from heartbeat" for r in state.info()["removed"])
+    call(stub, "ProcessHeartbeat", only_reader)
+    split = state.plan.operators[ids["split"]]
+    assert split.state.value == "PENDING_DEPLOY" and split.restarts == 1
+    assert split.container != "container_000001" and state.plan.containers["container_000001"].state.value == "LOST"
+    failure = state.info()["failures"]["split"]
+    assert failure["count"] == 1 and "went missing from container_000001's heartbeat" in failure["error"]
+    assert state.info()["removed"] == []
     out = next(op for op in state.plan.operators.values() if op.name == "out")
-    assert not out.inputs
+    assert [i.source_id for i in out.inputs] == [ids["split"]]  # still fed by split
     state.validate_state()
 
 

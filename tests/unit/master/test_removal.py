@@ -377,11 +377,12 @@ def test_operator_reported_where_the_plan_does_not_place_it_gets_an_undeploy_req
     assert not response.undeploy_request
 
 
-def test_active_operator_missing_from_its_containers_heartbeat_leaves_the_plan():
+def test_active_operator_missing_from_its_containers_heartbeat_is_a_failure_recovered():
     #   src(c1) ──▶ up(c2) ──▶ out(c3)
     # 1. deployed but not yet reported (DEPLOYING): omitted from a heartbeat → kept
-    # 2. ACTIVE, then omitted from c2's heartbeat → removed from the physical plan;
-    #    out loses its input; c2 is left empty and released in the same response.
+    # 2. ACTIVE, then omitted from c2's heartbeat: it did not shut down (that is reported), so it
+    #    stays in the plan, counts a failure and is redeployed from its checkpoint in a new
+    #    container (c2 killed); the application goes on
     run = Run(LINEAR)
     c1 = run.cid("src")
     response, _ = run.heartbeat(c1)
@@ -391,15 +392,14 @@ def test_active_operator_missing_from_its_containers_heartbeat_leaves_the_plan()
 
     run.deploy()
     run.everyone(65, 60)
-    response, _ = run.heartbeat(run.cid("up"))
-    assert run.alive() == {"src", "out"}
-    (entry,) = run.state.info()["removed"]
-    assert (entry["label"], entry["reason"]) == ("up", "missing from heartbeat")
-    assert run.op("out").inputs == []
-    assert run.state.plan.downstream(run.id("src")) == []
-    assert list(response.undeploy_request) == [run.id("up")]
-    assert response.shutdown
-    assert run.state.plan.containers[run.cid("up")].state == "RELEASED"
+    c2 = run.cid("up")
+    run.heartbeat(c2)
+    assert run.alive() == {"src", "up", "out"} and run.state.info()["removed"] == []
+    up = run.op("up")
+    assert up.state == OperatorState.PENDING_DEPLOY and up.restarts == 1 and up.container != c2
+    assert run.state.plan.containers[c2].state == "LOST"
+    assert run.state.info()["failures"]["up"]["count"] == 1
+    assert [i.source_id for i in run.op("out").inputs] == [run.id("up")]
     assert run.state.state == "RUNNING"
 
 

@@ -160,6 +160,9 @@
     const diag = $('app-diagnostics');
     diag.hidden = !info.diagnostics;
     setText(diag, info.diagnostics || '');
+    const stalled = $('app-stalled');  // the watchdog: a frozen committed window, and who holds it back
+    stalled.hidden = !info.stalled;
+    setText(stalled, info.stalled || '');
     const ended = ['SUCCEEDED', 'FAILED', 'KILLED'].indexOf(info.state) >= 0;
     $('shutdown-app').disabled = ended;
     $('kill-app').disabled = ended;
