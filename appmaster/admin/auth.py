@@ -223,7 +223,7 @@ class AdminAuth:
         if bearer is False or cookie is False:
             return 401, "wrong application token"
         return 401, ("missing application token: send 'Authorization: Bearer <token>' (the token is in "
-                     "$STRAM_HOME/apps/<appId>/token on the machine that launched the application)")
+                     "$STRAM_HOME/secrets/<appId>/token on the machine that launched the application)")
 
 
 def _static_shell(path: str) -> bool:

@@ -2,7 +2,7 @@
 credentials derived from the application's token.
 
 The launcher writes the token to a file only its owner can read (locally
-``$STRAM_HOME/apps/<appId>/token``; on YARN the localized file ``stram.token``)
+``$STRAM_HOME/secrets/<appId>/token``; on YARN the localized file ``stram.token``)
 and names it in ``STRAM_TOKEN_FILE``; the master reads it here. A container
 reads its own credential from ``APP_PATH/credentials/<containerId>``, which the
 master writes before it starts the container (the application's directory is

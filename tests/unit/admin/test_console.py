@@ -195,3 +195,23 @@ def test_the_yarn_launcher_links_a_live_container_to_its_nodemanager_page(monkey
         "http://nm1:8042/node/containerlogs/container_e7_0001_01_000002/alice"
     assert launcher.log_page("container_000002") is None  # requested, not placed yet
     assert launcher.log_page("container_000099") is None
+
+
+def test_every_answer_forbids_framing_sniffing_and_foreign_scripts(client):
+    """The console is never framed (frame-ancestors 'none', X-Frame-Options), content types are
+    never sniffed, no referrer leaves it, and its page runs only its own scripts: the one inline
+    script it has is allowed by its hash, and nothing else inline."""
+    import base64
+    import hashlib
+    http, _ = client
+    for path in ("/", "/console/console.js", "/ws/v2/stram/info", "/console/nope.js"):
+        headers = http.get(path).headers
+        assert headers["X-Frame-Options"] == "DENY" and headers["X-Content-Type-Options"] == "nosniff", path
+        assert headers["Referrer-Policy"] == "no-referrer", path
+        csp = dict(part.strip().split(" ", 1) for part in headers["Content-Security-Policy"].split(";"))
+        assert csp["frame-ancestors"] == "'none'" and csp["default-src"] == "'self'" and csp["object-src"] == "'none'"
+    html = http.get("/").get_data(as_text=True)
+    inline = re.findall(r"<script>(.*?)</script>", html, flags=re.S)
+    assert len(inline) == 1
+    digest = base64.b64encode(hashlib.sha256(inline[0].encode()).digest()).decode()
+    assert csp["script-src"] == f"'self' 'sha256-{digest}'" and "unsafe-inline" not in csp["style-src"]
