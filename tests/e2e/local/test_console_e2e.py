@@ -52,7 +52,7 @@ class Page:
         self.page.on("pageerror", lambda exc: self.errors.append(str(exc)))
         self.page.on("dialog", self._dialog)
         self.page.goto(url)
-        self.page.wait_for_function("Number(document.body.dataset.polls || 0) >= 2", timeout=60_000)
+        self.page.wait_for_function("() => Number(document.body.dataset.polls || 0) >= 2", timeout=60_000)
 
     def _dialog(self, dialog) -> None:  # noqa: ANN001
         self.dialogs.append((dialog.type, dialog.message))
@@ -176,11 +176,11 @@ def test_console_follows_a_wordcount_and_kills_a_container_from_the_page(tmp_pat
         # a container's stack and log, shown as text
         victim = wait_until(lambda: _running_count_container(app_id), timeout=30, what="count's container")
         p.click(f"#containers tr[data-key='{victim}'] button.stack")
-        p.wait_for_function("document.getElementById('panel-title').textContent.includes(' at ')", timeout=30_000)
+        p.wait_for_function("() => document.getElementById('panel-title').textContent.includes(' at ')", timeout=30_000)
         stack = p.inner_text("#panel-text")
         assert "Thread MainThread" in stack and 'File "' in stack, stack
         p.click(f"#containers tr[data-key='{victim}'] button.log")
-        p.wait_for_function("document.getElementById('panel-title').textContent.includes('last 500 lines')",
+        p.wait_for_function("() => document.getElementById('panel-title').textContent.includes('last 500 lines')",
                             timeout=30_000)
         assert f"container {victim} started" in p.inner_text("#panel-text")
 

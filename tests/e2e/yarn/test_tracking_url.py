@@ -111,7 +111,7 @@ def test_tracking_url_leads_to_the_console(on_minicluster, chromium):
         page.click("#servicePages")
         page.click("a.dropdown-item:text-is('stram')")
         page.wait_for_url(re.compile(re.escape(proxy_url) + r"pages/stram/?$"), timeout=30_000)
-        page.wait_for_function("Number(document.body.dataset.polls || 0) >= 2", timeout=60_000)
+        page.wait_for_function("() => Number(document.body.dataset.polls || 0) >= 2", timeout=60_000)
         assert page.inner_text("#app-id") == app_id and page.inner_text("#app-name") == "wordcount"
         listed = {str(r["id"]): r for r in stram_json("list-operators", app_id)}
         assert sorted(r["label"] for r in listed.values()) == sorted(r["label"] for r in rows)
