@@ -42,3 +42,18 @@ def test_yaml_nested_ten_thousand_deep_is_one_error_line(tmp_path, capsys, text)
     assert cli.main(["launch", "specs/wordcount.yaml", "-D", "operators.reader.lines_per_window=" + "[" * 10_000]) == 1
     assert capsys.readouterr().err.strip().splitlines() == [
         "error: specs/wordcount.yaml: -D operators.reader.lines_per_window: cannot read the value as YAML: nested too deeply"]
+
+
+@pytest.mark.parametrize("old, new", [
+    ("container.operators.io:LineReader", "stram.operators.io:LineReader"),
+    ("container.receivers:SocketTextReceiver", "stram.receivers:SocketTextReceiver"),
+    ("container.connectors.kafka:KafkaInput", "stram.connectors.kafka:KafkaInput"),
+    ("container.spark:SparkPipeline", "stram.spark:SparkPipeline"),
+])
+def test_a_built_in_named_as_before_the_one_package_move_is_told_its_new_name(tmp_path, capsys, old, new):
+    spec = tmp_path / "old.yaml"
+    spec.write_text(f"name: old\noperators:\n  src: {{class: {old}}}\n")
+    assert cli.main(["launch", str(spec)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {spec}: operators.src.class: '{old}' is a name from before stram's one package; "
+                   f"use '{new}'"]
