@@ -6,6 +6,7 @@ from stram import wire as proto
 from stram.master.core import scaling
 from stram.master.core.plan import OperatorState, PTOperator
 from stram.master.core.state import MasterState, Reply, ScaleRequest, SplitCheckpoints
+from stram.master.launch.local import Launcher
 from stram.master.spec import AppSpec
 
 
@@ -171,3 +172,44 @@ class StateRun:
         (result,) = [i.value for i in instructions if isinstance(i, Reply)]
         self.state.validate_state()
         return result.to_dict(), [i for i in instructions if not isinstance(i, Reply)], written
+
+
+def wordcount(count: int = 3, split: int = 1, lines_locality: str = "CONTAINER_LOCAL",
+              counts_locality: str | None = None, extra: str = "") -> str:
+    lines = f", locality: {lines_locality}" if lines_locality else ""
+    counts = f", locality: {counts_locality}" if counts_locality else ""
+    return f"""
+name: wc
+attributes: {{PROCESSING_MODE: EXACTLY_ONCE{extra}}}
+operators:
+  reader: {{class: "stram.operators.io:LineReader", properties: {{path: x.txt}}}}
+  split: {{class: "stram.operators.text:WordSplitter", partitions: {split}}}
+  count: {{class: "stram.operators.aggregate:KeyCounter", partitions: {count}}}
+  out: {{class: "stram.operators.io:JsonLinesOutput", properties: {{path: /tmp/x}}}}
+streams:
+  lines: {{from: reader.output, to: [split.input]{lines}}}
+  words: {{from: split.output, to: [count.input]}}
+  counts: {{from: count.output, to: [out.input]{counts}}}
+"""
+
+
+class FakeLauncher(Launcher):
+    """Records the containers launched; starts no processes."""
+
+    def __init__(self) -> None:
+        self.launched: list[str] = []
+
+    def launch(self, request) -> None:
+        self.launched.append(request.container_id)
+
+    def kill(self, container_id: str) -> None:
+        pass
+
+    def poll(self) -> list:
+        return []
+
+    def stop_all(self, grace: float = 5.0) -> None:
+        pass
+
+    def running(self) -> list[str]:
+        return []

@@ -39,7 +39,8 @@ def test_status_json_is_written_before_admin_json(tmp_path, monkeypatch):
 
     A prestarted container once failed 300 ms into the run, before the master's first status.json:
     the progress line showed the failure while ``stram list-apps`` still said STARTING."""
-    from test_scale import TOKEN, FakeLauncher, wordcount  # FakeLauncher starts no processes
+    from statekit import FakeLauncher, wordcount  # FakeLauncher starts no processes
+    TOKEN = "scale-token"
 
     from stram.master.process import addressfiles
     from stram.master.process import master as master_mod

@@ -28,7 +28,7 @@ class Recorder:
 
 @pytest.fixture
 def master(tmp_path):
-    from test_scale import FakeLauncher, wordcount
+    from statekit import FakeLauncher, wordcount
 
     from stram.master.process import master as master_mod
     m = master_mod.AppMaster(AppSpec.from_yaml(wordcount(2)), "app-auth", f"file://{tmp_path}", TOKEN,

@@ -158,7 +158,7 @@ def _full_disk_for(monkeypatch, failures: int) -> list[str]:
 
 
 def _master(tmp_path, timeout_secs: int):  # noqa: ANN001
-    from test_scale import FakeLauncher  # records launches, starts no processes
+    from statekit import FakeLauncher  # records launches, starts no processes
 
     from stram.master.process.master import AppMaster
     from stram.master.spec import AppSpec

@@ -18,7 +18,7 @@ import pickle
 from collections import Counter
 
 import pytest
-from statekit import StateRun  # noqa: E402
+from statekit import FakeLauncher, StateRun, wordcount
 
 from stram.common.partition import owner_of
 from stram.master.core import scaling
@@ -26,29 +26,9 @@ from stram.master.core.plan import PUBLISHER_TAG_MASK, OperatorState
 from stram.master.core.reports import WindowSample
 from stram.master.core.state import DeleteCheckpoints, LaunchContainer
 from stram.master.journal import document as journal
-from stram.master.launch.local import Launcher
 from stram.master.spec import AppSpec
 
 TOKEN = "scale-token"
-
-
-def wordcount(count: int = 3, split: int = 1, lines_locality: str = "CONTAINER_LOCAL",
-              counts_locality: str | None = None, extra: str = "") -> str:
-    lines = f", locality: {lines_locality}" if lines_locality else ""
-    counts = f", locality: {counts_locality}" if counts_locality else ""
-    return f"""
-name: wc
-attributes: {{PROCESSING_MODE: EXACTLY_ONCE{extra}}}
-operators:
-  reader: {{class: "stram.operators.io:LineReader", properties: {{path: x.txt}}}}
-  split: {{class: "stram.operators.text:WordSplitter", partitions: {split}}}
-  count: {{class: "stram.operators.aggregate:KeyCounter", partitions: {count}}}
-  out: {{class: "stram.operators.io:JsonLinesOutput", properties: {{path: /tmp/x}}}}
-streams:
-  lines: {{from: reader.output, to: [split.input]{lines}}}
-  words: {{from: split.output, to: [count.input]}}
-  counts: {{from: count.output, to: [out.input]{counts}}}
-"""
 
 
 #   split ──▶ count[0..2] ──▶ total[0..1] ──▶ out      (a partitioned downstream: no unifier)
@@ -422,28 +402,6 @@ def test_stats_view_is_a_read_only_snapshot_and_the_example_listener_scales_coun
         scaling.listener_requests(view, [("count", 2)])
     with pytest.raises(ValueError, match="asked for '2' partitions of 'count'; expected an integer"):
         scaling.listener_requests(view, {"count": "2"})
-
-
-class FakeLauncher(Launcher):
-    """Records the containers launched; starts no processes."""
-
-    def __init__(self) -> None:
-        self.launched: list[str] = []
-
-    def launch(self, request) -> None:
-        self.launched.append(request.container_id)
-
-    def kill(self, container_id: str) -> None:
-        pass
-
-    def poll(self) -> list:
-        return []
-
-    def stop_all(self, grace: float = 5.0) -> None:
-        pass
-
-    def running(self) -> list[str]:
-        return []
 
 
 def test_master_applies_the_listener_through_the_scale_path(tmp_path, monkeypatch):
