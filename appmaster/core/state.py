@@ -53,24 +53,8 @@ __all__ = [
 
 
 class MasterState(Books):
-    """All of the master's bookkeeping for one application, and the one door into it (:meth:`handle`).
-
-    Parameters
-    ----------
-    spec:
-        The validated application spec.
-    app_id, app_path, token:
-        Identity of the application, its directory URI and its secret.
-    start_window_millis:
-        Start of window index 0; whole seconds, so window ids line up.
-    now:
-        Wall-clock millis: when the application started.
-    plan:
-        The physical plan (:meth:`restore` brings its own); None: planned from ``spec``.
-    pacer:
-        The heartbeat pacer (:class:`~stram.master.core.pacing.HeartbeatPacer`, the master's:
-        the interval stretches while answers queue); None: the configured interval, always.
-    """
+    """All of the master's bookkeeping for one application (the fields of :class:`Books`, whose
+    parameters it takes), and the one door into it (:meth:`handle`) through its event table."""
 
     #: Event type -> its handler (over the books): what :meth:`handle` knows.
     HANDLERS: ClassVar[dict[type[MasterEvent], Callable[[Books, Any], list[Instruction]]]] = {
