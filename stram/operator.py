@@ -107,6 +107,10 @@ class OperatorContext:
     #: For operators with ``external_inputs``: the last window each upstream
     #: operator finished, as the master last saw it (operator id -> window id).
     upstream_windows: Callable[[], dict[int, int]] = lambda: {}
+    #: Input operators: the event-time watermark (epoch ms) this operator's output has reached,
+    #: sent downstream at the end of the window (see :mod:`stram.common.watermarks`; monotone:
+    #: a lower value than before is ignored, except ``IDLE``, which a later record's value ends).
+    emit_watermark: Callable[[int], None] = lambda watermark: None
     #: For operators with ``external_inputs``: upstream operators whose stream
     #: ended, with its last window, as the master told (operator id -> window id).
     ended_upstreams: Callable[[], dict[int, int]] = lambda: {}
@@ -226,6 +230,20 @@ class Operator:
 
     def committed(self, window_id: int) -> None:
         """Windows up to ``window_id`` will never be processed again."""
+
+    # on_watermark(self, watermark: int) -> None, when a class defines it: the input watermark
+    # (the minimum over the inputs, see stram.common.watermarks) advanced; called at the end of
+    # a streaming window, before end_window, so what it emits goes out in that window, ahead of
+    # the watermark itself, which the engine then forwards downstream.
+
+    # -- partitioning ------------------------------------------------------
+    @classmethod
+    def partition_key(cls, properties: dict[str, Any], port: str) -> str | None:
+        """How tuples arriving on ``port`` are partitioned when this operator has partitions,
+        given its properties: ``None`` for the default key (a dict's ``"key"``, a tuple's first
+        field, else the tuple), ``"field:NAME"`` for a dict field, or pickled text
+        (:mod:`stram.common.pickled`) holding a key function."""
+        return None
 
     # -- state -------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:

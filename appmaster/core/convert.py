@@ -20,6 +20,7 @@ import json
 from typing import Any, Iterable, Mapping
 
 from stram import wire as proto
+from stram.common.imports import load_class
 from stram.common.secret import buffer_server_key, scoped_credential
 from stram.master.core.plan import PhysicalPlan, PTOperator
 
@@ -142,4 +143,33 @@ def deploy_info(plan: PhysicalPlan, op: PTOperator, token: str, downstream: list
             out.buffer_server_token = scoped_credential(
                 buffer_server_key(token, op.container), "publish", f"{op.id}.{port}").encode()
         out.stream_codecs[0] = subscribers[0][1].codec if subscribers else "pickle"
+        key = _partition_key(plan, subscribers)
+        if key:
+            out.context_attributes[PARTITION_KEY] = key
     return info
+
+
+#: Output deploy info's context attribute naming the key the port's tuples are partitioned by
+#: (:func:`stram.common.partition.key_function`); absent: the default key.
+PARTITION_KEY = "PARTITION_KEY"
+
+
+def _partition_key(plan: PhysicalPlan, subscribers: list) -> str | None:
+    """The key spec the partitioned subscribers of a port ask for (the first that asks)."""
+    for d, inp in subscribers:
+        if not inp.partition_mask:
+            continue
+        down = plan.operators[d]
+        try:
+            cls = _operator_class(down.class_name)
+        except Exception:  # noqa: BLE001 - the spec check loaded it already; a class gone is no key
+            continue
+        key = cls.partition_key(down.properties, inp.port) if hasattr(cls, "partition_key") else None
+        if key:
+            return key
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def _operator_class(class_name: str) -> type:
+    return load_class(class_name)

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from stram.agent.bufferserver.connection import FrameReader, send_buffers, shutdown
 from stram.agent.bufferserver.protocol import (BEGIN, CHECKPOINT, CTRL, END, END_STREAM, END_STREAM_FRAME, I64,
-                                               MAX_FRAME, PAYLOAD, PAYLOAD_HDR, RESET_WINDOW, TYPE_OF, U32,
+                                               MAX_FRAME, PAYLOAD, PAYLOAD_HDR, RESET_WINDOW, TYPE_OF, U32, WATERMARK,
                                                BufferServerError, MessageType, ProtocolError, as_token, encode_publish,
                                                encode_purge, encode_reset, encode_subscribe)
 from stram.common.tls import SERVER_NAME
@@ -153,6 +153,10 @@ class RemotePublisher:
     def checkpoint(self, window_id: int) -> None:
         """Append a CHECKPOINT marker and send what is pending."""
         self._ctrl(CHECKPOINT, window_id, True)
+
+    def watermark(self, value: int) -> None:
+        """Append the window's event-time watermark (sent with its END_WINDOW)."""
+        self._ctrl(WATERMARK, value, False)
 
     def reset_window(self, window_id: int) -> None:
         """Append a RESET_WINDOW marker."""
@@ -363,7 +367,7 @@ class Subscriber:
                                   view[9:] if buf is big else bytes(view[s + 9:e])))
             elif t == END:
                 msg = (END, unpack_i64(buf, s + 5)[0])
-            elif t == BEGIN or t == CHECKPOINT or t == RESET_WINDOW:
+            elif t == BEGIN or t == CHECKPOINT or t == RESET_WINDOW or t == WATERMARK:
                 msg = (TYPE_OF[t], unpack_i64(buf, s + 5)[0])
             elif t == END_STREAM:
                 msg = (END_STREAM, None)

@@ -19,6 +19,7 @@ BEGIN_WINDOW,      window id (i64)
 END_WINDOW,
 CHECKPOINT,
 RESET_WINDOW
+WATERMARK          event-time watermark, epoch ms (i64), inside a window
 END_STREAM         (empty)
 PUBLISH            token, publisher id, from window (i64)
 SUBSCRIBE          token, publisher id, from window (i64), partition mask
@@ -64,6 +65,7 @@ class MessageType(enum.IntEnum):
     END_STREAM = 4
     CHECKPOINT = 5
     RESET_WINDOW = 6
+    WATERMARK = 7
     # requests (client -> server, first frame of a connection)
     PUBLISH = 16
     SUBSCRIBE = 17
@@ -88,7 +90,8 @@ END = MessageType.END_WINDOW
 END_STREAM = MessageType.END_STREAM
 CHECKPOINT = MessageType.CHECKPOINT
 RESET_WINDOW = MessageType.RESET_WINDOW
-WINDOW_MSGS = frozenset({BEGIN, END, CHECKPOINT, RESET_WINDOW})
+WATERMARK = MessageType.WATERMARK
+WINDOW_MSGS = frozenset({BEGIN, END, CHECKPOINT, RESET_WINDOW, WATERMARK})
 REQUESTS = frozenset({MessageType.PUBLISH, MessageType.SUBSCRIBE,
                        MessageType.PURGE, MessageType.RESET})
 KNOWN = frozenset(int(t) for t in MessageType)

@@ -1,7 +1,8 @@
 """The data plane's messages: what moves between a node's upstreams, its queue and its sinks.
 
 A message is ``(kind, value)``: :data:`DATA` carries a batch (a list of tuples,
-or of Arrow record batches), the others a window id (:data:`END_STREAM` none).
+or of Arrow record batches), :data:`WATERMARK` an event-time watermark (sent
+just before its window's END_WINDOW), the others a window id (:data:`END_STREAM` none).
 :class:`Receiver` is what a sink hands messages to: a downstream node, whether it
 queues them (``put``) or runs them at once (``on_message``).
 """
@@ -10,9 +11,10 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-__all__ = ["DATA", "BEGIN_WINDOW", "END_WINDOW", "CHECKPOINT", "END_STREAM", "message_weight", "Receiver"]
+__all__ = ["DATA", "BEGIN_WINDOW", "END_WINDOW", "CHECKPOINT", "END_STREAM", "WATERMARK", "message_weight",
+           "Receiver"]
 
-DATA, BEGIN_WINDOW, END_WINDOW, CHECKPOINT, END_STREAM = range(5)
+DATA, BEGIN_WINDOW, END_WINDOW, CHECKPOINT, END_STREAM, WATERMARK = range(6)
 
 
 def message_weight(kind: int, value: Any) -> int:

@@ -15,6 +15,12 @@ flushed between operator calls to every sink of the port:
 Control messages (BEGIN_WINDOW, END_WINDOW, CHECKPOINT, END_STREAM) travel in
 band; a node with several sources begins window w after BEGIN_WINDOW w from
 all of them and ends it after END_WINDOW w from all of them.
+
+Event-time watermarks (WATERMARK, :mod:`stram.common.watermarks`) travel the
+same way, just before a window's END_WINDOW, and only once they change: an
+input operator sets its own (``context.emit_watermark``); any other node's is
+the minimum over its sources, computed when the window's END_WINDOWs are all
+in, handed to the operator's ``on_watermark`` when it advanced, and forwarded.
 """
 
 from __future__ import annotations
@@ -30,9 +36,11 @@ from typing import Any, Callable
 
 from stram.agent.engine.batch import batch_handler
 from stram.agent.engine.inbox import Inbox
-from stram.agent.engine.messages import BEGIN_WINDOW, CHECKPOINT, DATA, END_STREAM, END_WINDOW, message_weight
+from stram.agent.engine.messages import (BEGIN_WINDOW, CHECKPOINT, DATA, END_STREAM, END_WINDOW, WATERMARK,
+                                        message_weight)
 from stram.agent.engine.streams import PortOutput
 from stram.common import fs, space
+from stram.common.watermarks import IDLE, MIN_WATERMARK, combine
 from stram.common.attributes import default as attribute_default
 from stram.common.windows import is_checkpoint_window, window_millis
 from stram.operator import FatalError, InputOperator, Operator, OperatorContext, ShutdownException, output_ports
@@ -65,6 +73,8 @@ class WindowStats:
     checkpoint_start: int = 0
     checkpoint_size: int = 0
     metrics: dict[str, Any] = field(default_factory=dict)
+    #: The operator's event-time watermark after the window (None: it has none).
+    watermark: int | None = None
     buffer_server_bytes: dict[str, int] = field(default_factory=dict)
 
 
@@ -128,6 +138,14 @@ class Node:
         self._metrics: dict[str, Any] = {}
         context.set_metric = self._metrics.__setitem__
         context.report_checkpoint = self.report_checkpoint
+        context.emit_watermark = self.emit_watermark
+        # event time: per source index its latest watermark; this node's (input) watermark; the
+        # last one sent downstream. All MIN_WATERMARK until some source declares one.
+        self._source_watermarks: dict[int, int] = {}
+        self.watermark = MIN_WATERMARK
+        self._high_watermark = MIN_WATERMARK
+        self._sent_watermark = MIN_WATERMARK
+        self._on_watermark = getattr(operator, "on_watermark", None)
         #: operators reading their own inputs checkpoint only when they say so
         self.self_checkpointing = getattr(type(operator), "external_inputs", False)
 
@@ -141,6 +159,7 @@ class Node:
         self._active_sources.add(idx)
         self._backlog[idx] = collections.deque()
         self._in_counts.setdefault(port, 0)
+        self._source_watermarks[idx] = MIN_WATERMARK
         return idx
 
     def put(self, src: int, kind: int, value: Any) -> None:
@@ -239,7 +258,14 @@ class Node:
     def _end_window(self) -> None:
         window_id = self._window
         self._in_window = False
+        if self._source_watermarks:
+            self._input_watermark()
         self.operator.end_window()
+        watermark = self.watermark
+        if watermark != self._sent_watermark:
+            self._sent_watermark = watermark
+            for out in self.outputs.values():
+                out.control(WATERMARK, watermark)
         for out in self.outputs.values():
             out.control(END_WINDOW, window_id)
         self.current_window = window_id
@@ -257,6 +283,7 @@ class Node:
             queue_size=self.queue.weight(),
             checkpoint_millis=ckpt[0], checkpoint_start=ckpt[1], checkpoint_size=ckpt[2],
             metrics=dict(self._metrics),
+            watermark=None if watermark == MIN_WATERMARK else watermark,
             buffer_server_bytes={n: sum(getattr(s, "bytes", 0) for s in o.sinks)
                                  for n, o in self.outputs.items()}))
         self._metrics.clear()
@@ -288,6 +315,32 @@ class Node:
         self.saved_checkpoints.append(window_id)
         self.operator.checkpointed(window_id)
         return (int((time.time() - start) * 1000), int(start * 1000), len(data))
+
+    def emit_watermark(self, value: int) -> None:
+        """An input operator's watermark for the rest of this window: monotone; IDLE until the
+        operator declares a value again."""
+        if value == IDLE:
+            self.watermark = IDLE
+            return
+        if value > self._high_watermark:
+            self._high_watermark = value
+        self.watermark = self._high_watermark
+
+    def _input_watermark(self) -> None:
+        """A non-input node at a window's end: the minimum over its live sources that are not
+        idle (IDLE when all are); the operator hears of each advance."""
+        live = [self._source_watermarks[s] for s in self._active_sources]
+        if not live:
+            return
+        value = combine(live)
+        if value == IDLE:
+            self.watermark = IDLE
+            return
+        if value > self._high_watermark:
+            self._high_watermark = value
+            if self._on_watermark is not None:
+                self._on_watermark(value)
+        self.watermark = self._high_watermark
 
     def report_checkpoint(self, window_id: int) -> None:
         """An operator with external inputs declares everything up to ``window_id`` durable."""
@@ -404,6 +457,8 @@ class Node:
                     self._begun.clear()
                     self._blocked.clear()
                     self._begin_window(self._next_window)
+            elif kind == WATERMARK:
+                self._source_watermarks[src] = value
             # CHECKPOINT: windows are checkpointed by id, the marker only travels on
         except ShutdownException:
             if self.inline:

@@ -20,7 +20,7 @@ from typing import Any, Callable
 from stram.agent.bufferserver.client import Subscriber
 from stram.agent.bufferserver.protocol import MessageType
 from stram.agent.engine.codec import get_codec
-from stram.agent.engine.messages import BEGIN_WINDOW, CHECKPOINT, DATA, END_STREAM, END_WINDOW, Receiver
+from stram.agent.engine.messages import BEGIN_WINDOW, CHECKPOINT, DATA, END_STREAM, END_WINDOW, WATERMARK, Receiver
 from stram.common.partition import default_key, partition_hash
 
 log = logging.getLogger("stram.agent.engine.streams")
@@ -47,6 +47,7 @@ class Sink:
         raise NotImplementedError
 
     def control(self, kind: int, window_id: int) -> None:
+        """A control message: its window id (a watermark's value for WATERMARK)."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -170,6 +171,8 @@ class PublisherSink(Sink):
             p.end_window(window_id)
         elif kind == CHECKPOINT:
             p.checkpoint(window_id)
+        elif kind == WATERMARK:
+            p.watermark(window_id)
         elif kind == END_STREAM:
             p.end_stream()
 
@@ -219,7 +222,7 @@ class PortOutput:
 # ---------------------------------------------------------------- the subscribe side
 
 _CONTROL = {MessageType.BEGIN_WINDOW: BEGIN_WINDOW, MessageType.END_WINDOW: END_WINDOW,
-            MessageType.CHECKPOINT: CHECKPOINT}
+            MessageType.CHECKPOINT: CHECKPOINT, MessageType.WATERMARK: WATERMARK}
 
 
 def subscribe(node: Any, src: int, host: str, port: int, token: bytes, publisher: str, from_window: int,

@@ -10,7 +10,8 @@ from __future__ import annotations
 import zlib
 from typing import Any, Callable
 
-__all__ = ["default_key", "partition_hash", "partition_mask", "partition_keys", "owner_of"]
+__all__ = ["default_key", "partition_hash", "partition_mask", "partition_keys", "owner_of", "key_function",
+           "FIELD_KEY"]
 
 
 def default_key(tuple: Any) -> Any:
@@ -54,3 +55,24 @@ def owner_of(count: int, key_fn: Callable[[Any], Any] = lambda k: k) -> Callable
     """A function mapping a key to the index of the partition that owns it."""
     mask = partition_mask(count)
     return lambda key: (partition_hash(key_fn(key)) & mask) % count if count > 1 else 0
+
+
+#: A key spec naming a record field: ``"field:auction"`` partitions dicts by ``record["auction"]``.
+FIELD_KEY = "field:"
+
+
+def key_function(spec: str | None) -> Callable[[Any], Any]:
+    """The key function a stream's publisher partitions by, from the spec the downstream operator
+    gave (:meth:`stram.operator.Operator.partition_key`): ``None`` or ``""`` the default key,
+    ``"field:NAME"`` a dict field (a tuple's item when NAME is a number), or pickled text
+    (:mod:`stram.common.pickled`) holding a function."""
+    if not spec:
+        return default_key
+    if spec.startswith(FIELD_KEY):
+        name = spec[len(FIELD_KEY):]
+        if name.isdigit():
+            index = int(name)
+            return lambda t: t[index]
+        return lambda t: t.get(name) if isinstance(t, dict) else getattr(t, name, None)
+    from stram.common import pickled  # only where a flow passed a function
+    return pickled.loads(spec)
