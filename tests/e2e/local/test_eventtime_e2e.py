@@ -103,3 +103,39 @@ def test_session_windows_are_exact_once_across_a_container_kill(tmp_path, victim
     got = sorted(read_jsonl(out), key=json.dumps)
     assert got == sessions  # exactly once: nothing missing, nothing twice
     assert sorted(read_jsonl(late_dir), key=json.dumps) == sorted(late, key=json.dumps)
+
+
+def test_session_windows_repartition_with_stram_scale(tmp_path, capsys):
+    """`stram scale` 2 -> 3 -> 1 mid-run: open sessions move to their keys' new partitions; the
+    results still match the oracle exactly once."""
+    from stram.client import cli
+    per_window = 6
+    sessions, late = oracle(records(), per_window=per_window)
+    app_id, out, late_dir = launch_sessions(
+        tmp_path, "-D", f"operators.clicks.records_per_window={per_window}",
+        "-D", "STREAMING_WINDOW_SIZE_MILLIS=100", "-D", "CHECKPOINT_WINDOW_COUNT=4",
+        "-D", "HEARTBEAT_INTERVAL_MILLIS=300", "-D", f"operators.clicks.path={CLICKS}")
+
+    def partitions() -> tuple[int, bool]:
+        capsys.readouterr()
+        if cli.main(["list-operators", app_id, "--json"]) != 0:
+            return 0, False
+        rows = [r for r in json.loads(capsys.readouterr().out) if r["name"] == "sessions"]
+        return len(rows), all(r["state"] == "ACTIVE" for r in rows)
+
+    def scale(n: int) -> None:
+        def accepted() -> bool:
+            capsys.readouterr()
+            return cli.main(["scale", app_id, "sessions", str(n)]) == 0
+        wait_until(accepted, timeout=60, interval=0.5, what=f"scale to {n} accepted")
+        wait_until(lambda: partitions() == (n, True), timeout=120, what=f"{n} partitions running")
+
+    wait_until(lambda: partitions() == (2, True), what="2 partitions running")
+    wait_until(lambda: len(read_jsonl(out)) > len(sessions) // 6, timeout=120, what="some sessions out")
+    scale(3)
+    wait_until(lambda: len(read_jsonl(out)) > len(sessions) // 2, timeout=180, what="half the sessions out")
+    scale(1)
+    final = wait_final(app_id, timeout=300)
+    assert final["state"] == "SUCCEEDED", final
+    assert sorted(read_jsonl(out), key=json.dumps) == sessions
+    assert sorted(read_jsonl(late_dir), key=json.dumps) == sorted(late, key=json.dumps)
