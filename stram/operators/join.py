@@ -219,9 +219,13 @@ class WindowedJoin(_TwoSided):
 
 class IntervalJoin(_TwoSided):
     """Pairs a left record l and a right record r of one key when lower_ms <= r.ts - l.ts <= upper_ms,
-    as soon as the second of them arrives. A left record is kept until the watermark passes
-    l.ts + upper_ms (then, with how=left and no match, it goes out with right None), a right one
-    until it passes r.ts - lower_ms.
+    as soon as the second of them arrives.
+
+    A left record is late (goes to ``late``) when l.ts + upper_ms is below the watermark, a right
+    one when r.ts - lower_ms is. A record that is not late may be behind the watermark, so records
+    are kept until no record that is not late can match them: a left one until the watermark
+    passes l.ts + upper_ms + max(0, -lower_ms) (then, with how=left and no match, it goes out with
+    right None), a right one until it passes r.ts - lower_ms + max(0, upper_ms).
 
     State: ``lefts`` (key -> {arrival: [ts, record, matched]}) and ``rights`` (key -> {arrival: [ts, record]}).
     """
@@ -252,15 +256,21 @@ class IntervalJoin(_TwoSided):
 
     def _rebuild(self) -> None:
         """The expiry heaps (expiry ms, arrival, key) of both sides, from the state."""
-        upper, lower = self.upper_ms, self.lower_ms
-        self._heaps = ([(e[0] + upper, n, k) for k, d in self.lefts.items() for n, e in d.items()],
-                       [(e[0] - lower, n, k) for k, d in self.rights.items() for n, e in d.items()])
+        left_keep, right_keep = self._keep()
+        self._heaps = ([(e[0] + left_keep, n, k) for k, d in self.lefts.items() for n, e in d.items()],
+                       [(e[0] + right_keep, n, k) for k, d in self.rights.items() for n, e in d.items()])
         for heap in self._heaps:
             heapq.heapify(heap)
+
+    def _keep(self) -> tuple[int, int]:
+        """How long past its ts each side's record is kept (left, right)."""
+        lower, upper = self.lower_ms, self.upper_ms
+        return upper + max(0, -lower), -lower + max(0, upper)
 
     def _side(self, records: list, side: int) -> None:
         fields, wm = self._fields[side], self.watermark
         lower, upper = self.lower_ms, self.upper_ms
+        keep = self._keep()[side]
         mine, theirs = (self.lefts, self.rights) if side == 0 else (self.rights, self.lefts)
         heap = self._heaps[side]
         late, rows = [], []
@@ -269,8 +279,7 @@ class IntervalJoin(_TwoSided):
             if kt is None:
                 continue
             k, t = kt
-            expires = t + upper if side == 0 else t - lower
-            if expires < wm:
+            if (t + upper if side == 0 else t - lower) < wm:
                 late.append(r)
                 continue
             other = theirs.get(k)
@@ -297,7 +306,7 @@ class IntervalJoin(_TwoSided):
             if d is None:
                 d = mine[k] = {}
             d[n] = entry
-            heapq.heappush(heap, (expires, n, k))
+            heapq.heappush(heap, (t + keep, n, k))
         if rows:
             self.output.emit_batch(rows)
         if late:

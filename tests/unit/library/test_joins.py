@@ -96,15 +96,14 @@ def test_interval_join_emits_a_pair_when_its_second_record_arrives():
 
 
 def test_interval_join_state_stays_bounded():
-    """A left record is held while its ts >= watermark - upper, a right one while ts >= watermark +
-    lower; the watermark trails the records of the last two driver windows by at most B, and ts_i
-    lies in [i*step, i*step + B): at most 2R + 1 + (upper + 2B) / step lefts and 2R + 1 + (2B - lower)
-    / step rights."""
+    """A left record is held while ts >= watermark - (upper - lower), a right one too (lower <= 0 <=
+    upper); the watermark trails the records of the last two driver windows by at most B, and ts_i
+    lies in [i*step, i*step + B): each side holds at most 2R + 1 + (upper - lower + 2B) / step."""
     step, lower, upper, n = 2, -30, 90, 200_000
     rng = random.Random(4)
     items = [(rng.choice(SIDES), {"key": f"k{rng.randrange(500)}", "ts": i * step + rng.randrange(B), "id": i}, False)
              for i in range(n)]
-    bound = 2 * (2 * R + 1) + (upper + 2 * B) // step + (2 * B - lower) // step
+    bound = 2 * (2 * R + 1 + (upper - lower + 2 * B) // step)
 
     def held(op):
         return max(sum(len(d) for d in op.lefts.values()) + sum(len(d) for d in op.rights.values()),
@@ -147,3 +146,38 @@ def test_join_split_state_deals_keys_and_takes_the_highest_watermark():
     op.output.emit_batch = out.extend
     op.on_watermark(MAX_WATERMARK)
     assert out == []  # every left matched before the split
+
+
+@pytest.mark.parametrize("lower, upper", [(0, 40), (-30, 30), (10, 50), (-50, -10)])
+def test_interval_join_records_behind_the_watermark(lower, upper):
+    """Records arrive up to 60 ms behind the watermark: those the late rule lets in get every match
+    among the records let in, and a left record goes out unmatched only when no later one can match."""
+    for seed in range(10):
+        rng = random.Random(seed)
+        op = make(IntervalJoin, dict(fields(0), lower_ms=lower, upper_ms=upper, how="left"))
+        out, late = [], []
+        op.output.emit_batch = out.extend
+        op.late.emit_batch = late.extend
+        wm, accepted, fed = 1000, [], []
+        op.on_watermark(wm)
+        for w in range(50):
+            for i in range(rng.randint(1, 5)):
+                side = rng.choice(SIDES)
+                rec = {"key": rng.choice("ab"), "ts": wm + rng.randint(-60, 30), "id": (w, i), "side": side}
+                getattr(op, f"process_{side}_batch")([rec])
+                fed.append(rec)
+                if (rec["ts"] + upper if side == "left" else rec["ts"] - lower) >= wm:
+                    accepted.append(rec)
+            wm += rng.randint(0, 25)
+            op.on_watermark(wm)
+        op.on_watermark(MAX_WATERMARK)
+        assert late == [r for r in fed if r not in accepted]
+        lefts = [r for r in accepted if r["side"] == "left"]
+        rights = [r for r in accepted if r["side"] == "right"]
+        expected = Counter()
+        for left in lefts:
+            hits = [r for r in rights if r["key"] == left["key"] and lower <= r["ts"] - left["ts"] <= upper]
+            expected.update((left["id"], r["id"]) for r in hits)
+            if not hits:
+                expected[(left["id"], None)] += 1
+        assert Counter((r["left"]["id"], r["right"] and r["right"]["id"]) for r in out) == expected
