@@ -23,6 +23,8 @@ class Dedup(EventTimeOperator):
     State: ``seen`` (key -> event times emitted and not yet expired).
     """
 
+    event_time_inputs = {"timestamp_field": "input"}
+
     input = InputPort()
     output = OutputPort()
     late = OutputPort()

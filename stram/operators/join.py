@@ -24,6 +24,8 @@ _SEQ = itemgetter(0)
 class _TwoSided(EventTimeOperator):
     """Ports and key/timestamp properties of a join; its partition key per port."""
 
+    event_time_inputs = {"left_timestamp_field": "left", "right_timestamp_field": "right"}
+
     left = InputPort()
     right = InputPort()
     output = OutputPort()

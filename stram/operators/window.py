@@ -39,6 +39,8 @@ class WindowedAggregate(EventTimeOperator):
     the windows whose ON_TIME pane went out).
     """
 
+    event_time_inputs = {"timestamp_field": "input"}
+
     input = InputPort()
     output = OutputPort()
     late = OutputPort()
