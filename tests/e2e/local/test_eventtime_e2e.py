@@ -95,7 +95,8 @@ def test_session_windows_are_exact_once_across_a_container_kill(tmp_path, victim
         tmp_path, "-D", f"operators.clicks.records_per_window={per_window}",
         "-D", "STREAMING_WINDOW_SIZE_MILLIS=100", "-D", "CHECKPOINT_WINDOW_COUNT=4",
         "-D", "HEARTBEAT_INTERVAL_MILLIS=300", "-D", f"operators.clicks.path={CLICKS}")
-    wait_until(lambda: running_operators(app_id) == 5, what="all operators running")  # + the unifier
+    # reader, 2 partitions, a unifier per output port, 2 outputs
+    wait_until(lambda: running_operators(app_id) == 7, what="all operators running")
     wait_until(lambda: len(read_jsonl(out)) > len(sessions) // 5, timeout=120, what="some sessions out")
     kill_container_of(app_id, victim)
     final = wait_final(app_id, timeout=300)
