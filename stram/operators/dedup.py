@@ -43,6 +43,10 @@ class Dedup(EventTimeOperator):
         self._heap: list = []
         self._count = 0
 
+    def held(self) -> int:
+        """Event times remembered."""
+        return self._count
+
     @classmethod
     def partition_key(cls, properties: dict[str, Any], port: str) -> Optional[str]:
         if properties.get("key_field"):

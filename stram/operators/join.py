@@ -98,6 +98,10 @@ class WindowedJoin(_TwoSided):
         self._spec: Optional[WindowSpec] = None
         self._heap: list = []
 
+    def held(self) -> int:
+        """Keys of open windows and open sessions."""
+        return sum(map(len, self.panes.values())) + sum(map(len, self.sessions.values()))
+
     def setup(self, context: OperatorContext) -> None:
         self._setup_sides(context)
         self._spec = spec = WindowSpec(self._name, getattr(self, "window", None))
@@ -243,6 +247,10 @@ class IntervalJoin(_TwoSided):
         self.rights: dict[Any, dict[int, list]] = {}
         self.arrivals = 0
         self._heaps: tuple[list, list] = ([], [])
+
+    def held(self) -> int:
+        """Records of both sides waiting for a partner."""
+        return sum(map(len, self.lefts.values())) + sum(map(len, self.rights.values()))
 
     def setup(self, context: OperatorContext) -> None:
         self._setup_sides(context)

@@ -80,6 +80,10 @@ class WindowedAggregate(EventTimeOperator):
         self._heap: list = []
         self._fast_op: Optional[int] = None
 
+    def held(self) -> int:
+        """Accumulators of open windows (one per key and window) and open sessions."""
+        return sum(map(len, self.panes.values())) + sum(map(len, self.sessions.values()))
+
     # -- configuration ---------------------------------------------------------------------------------
     @classmethod
     def partition_key(cls, properties: dict[str, Any], port: str) -> Optional[str]:

@@ -335,9 +335,16 @@ class EventTimeOperator(Operator):
             if self._context is not None:
                 self._context.log(msg)
 
+    def held(self) -> int:
+        """Records, accumulators or sessions the operator holds (its state's size; expired by the
+        watermark, so bounded on an endless stream)."""
+        return 0
+
     def _report(self) -> None:
-        if self.malformed and self._context is not None:
-            self._context.set_metric("malformed", self.malformed)
+        if self._context is not None:
+            self._context.set_metric("held", self.held())
+            if self.malformed:
+                self._context.set_metric("malformed", self.malformed)
 
     def _read(self, fields: Fields, record: Any) -> Optional[tuple[Any, int]]:
         """(key, event time) of a record, or None (counted as malformed)."""
