@@ -45,7 +45,7 @@ class Dedup(EventTimeOperator):
 
     def held(self) -> int:
         """Event times remembered."""
-        return self._count
+        return len(self._heap)
 
     @classmethod
     def partition_key(cls, properties: dict[str, Any], port: str) -> Optional[str]:
