@@ -25,10 +25,26 @@ def wordcount(path: str, top: int = 20) -> None:
     print(f"output: {path}")
 
 
+def sessions(path: str, late_path: str) -> None:
+    rows = read_jsonl(path)
+    late = read_jsonl(late_path)
+    users = {r["key"] for r in rows}
+    clicks = sum(r["value"] for r in rows)
+    print(f"{clicks:,} clicks in {len(rows):,} sessions of {len(users)} users "
+          f"({clicks / max(len(rows), 1):.1f} clicks per session); {len(late)} clicks arrived too late")
+    print("longest sessions:")
+    for r in sorted(rows, key=lambda r: (r["window_start"] - r["window_end"], r["key"]))[:5]:
+        minutes = (r["window_end"] - r["window_start"]) / 60000
+        print(f"  {r['key']}  {minutes:5.1f} min  {r['value']:>3} clicks  from {r['window_start']}")
+    print(f"output: {path} (late clicks: {late_path})")
+
+
 def main(argv: list[str]) -> int:
     kind, path = argv[0], argv[1]
     if kind == "wordcount":
         wordcount(path)
+    elif kind == "sessions":
+        sessions(path, argv[2])
     elif kind == "clickstream":
         from specs.clickstream_pipeline import summarize  # type: ignore[import-not-found]
         summarize(path)

@@ -205,6 +205,10 @@ class Operator:
     #: ``context.report_checkpoint`` (e.g. a Spark query's committed offsets).
     #: Such an operator is an InputOperator as far as windows go.
     external_inputs: ClassVar[bool] = False
+    #: Properties holding an input's event-time field, by the input port they are about (e.g.
+    #: ``{"timestamp_field": "input"}``): a spec that leaves one unset gets the ``timestamp_field``
+    #: of the nearest upstream source that sets one.
+    event_time_inputs: ClassVar[dict[str, str]] = {}
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "Operator":
         self = super().__new__(cls)

@@ -299,6 +299,7 @@ class Builder:
                                  f"InputOperator, so nothing would start its windows "
                                  f"(connect one of its input ports, or make it an "
                                  f"InputOperator)")
+        self.event_time(spec)
         for stream in spec.streams.values():
             if stream.locality not in INLINE_LOCALITIES:
                 continue
@@ -312,6 +313,52 @@ class Builder:
                         f"{up.name!r} has {_count(up.partitions, 'partition')} and "
                         f"{down.name!r} has {_count(down.partitions, 'partition')} (drop the "
                         f"locality or give both the same partitions)")
+
+
+    def event_time(self, spec: SpecGraph) -> None:
+        """Event time travels from its source: an operator property listed in the class's
+        ``event_time_inputs`` (e.g. a window's ``timestamp_field``) that is unset takes the
+        ``timestamp_field`` of the nearest upstream operator that sets one, found through the
+        operators between that change no event time."""
+        for name, op in spec.operators.items():
+            wanted = getattr(self.classes[name], "event_time_inputs", None) or {}
+            for prop, port in wanted.items():
+                if op.properties.get(prop) is not None or _fn_set(op.properties, prop):
+                    continue
+                window = op.properties.get("window")
+                if isinstance(window, dict) and window.get("time") == "processing":
+                    continue
+                found = self._upstream_event_time(spec, name, port)
+                if found is None:
+                    raise self.error(f"operators.{name}.properties.{prop}",
+                                     f"{class_ref(self.classes[name])} needs event time on its input "
+                                     f"{port!r}: set {prop!r} here, or 'timestamp_field' on the source "
+                                     f"upstream (e.g. JsonLinesReader), or use a processing-time window")
+                op.properties[prop] = found
+
+    def _upstream_event_time(self, spec: SpecGraph, name: str, port: str) -> str | None:
+        """The ``timestamp_field`` of the nearest upstream operator setting one (through ``port``)."""
+        seen: set[str] = set()
+        todo = [s.source.operator for s in spec.streams.values()
+                if any(k.operator == name and k.port == port for k in s.sinks)]
+        while todo:
+            up = todo.pop(0)
+            if up in seen:
+                continue
+            seen.add(up)
+            field = spec.operators[up].properties.get("timestamp_field")
+            if field is not None:
+                return field
+            if getattr(self.classes[up], "event_time_inputs", None):
+                continue  # its results carry no event time of its inputs
+            todo.extend(s.source.operator for s in spec.streams.values()
+                        if any(k.operator == up for k in s.sinks))
+        return None
+
+
+def _fn_set(properties: Mapping[str, Any], prop: str) -> bool:
+    """A ``..._field`` property's function twin (``timestamp_field`` -> ``timestamp_fn``) is set."""
+    return prop.endswith("_field") and properties.get(prop[:-len("_field")] + "_fn") is not None
 
 
 def check_size(spec: Any, error: Callable[[str, str], SpecError]) -> None:

@@ -58,7 +58,8 @@ from typing import Protocol
 
 from stram.agent.bufferserver.connection import shutdown
 from stram.agent.bufferserver.protocol import (BEGIN, CHECKPOINT, CTRL, END, END_STREAM, END_STREAM_FRAME, PAYLOAD,
-                                               PAYLOAD_HDR, RESET_WINDOW, U32, BufferServerError, ProtocolError)
+                                               PAYLOAD_HDR, RESET_WINDOW, U32, WATERMARK, BufferServerError,
+                                               ProtocolError)
 
 __all__ = ["Publisher"]
 
@@ -545,6 +546,10 @@ class Publisher:
     def checkpoint(self, window_id: int) -> None:
         """Append a CHECKPOINT marker for ``window_id``."""
         self._stream.append(self._gen, CHECKPOINT, CTRL.pack(9, CHECKPOINT, window_id), window_id)
+
+    def watermark(self, value: int) -> None:
+        """Append the open window's event-time watermark (its END_WINDOW follows)."""
+        self._stream.append(self._gen, WATERMARK, CTRL.pack(9, WATERMARK, value))
 
     def reset_window(self, window_id: int) -> None:
         """Append a RESET_WINDOW marker carrying ``window_id``."""

@@ -20,6 +20,7 @@ from typing import Any, Optional, Union
 from stram.connectors.kafkacommon import (Waiter, bootstrap, check_value_format, decode, existing_topics, import_client,
                                           topic_error)
 from stram.connectors.kafkaout import KafkaOutput
+from stram.common.watermarks import IDLE, MAX_WATERMARK, MIN_WATERMARK, combine
 from stram.operator import FatalError, InputOperator, OperatorContext, OutputPort, ShutdownException
 
 __all__ = ["KafkaInput", "KafkaOutput", "assign_partitions"]
@@ -76,6 +77,13 @@ class KafkaInput(InputOperator):
         Extra librdkafka consumer settings (e.g. ``fetch.max.bytes``).
     timeout_seconds:
         How long the broker may stay unreachable before the operator fails.
+    timestamp_field:
+        With ``value_format: json``: the field holding a record's event time (epoch ms). The
+        operator then declares a watermark: per Kafka partition the largest timestamp seen minus
+        ``out_of_orderness_ms``, and the minimum over its partitions (docs/event-time.md).
+    idle_timeout_ms:
+        A Kafka partition with no record for this long stops holding the watermark back
+        (None: it always does, since it may still deliver old records).
 
     With ``partitions: N`` the topics' partitions, sorted, are dealt out
     round-robin: stram partition ``i`` reads every N-th (:func:`assign_partitions`);
@@ -94,10 +102,13 @@ class KafkaInput(InputOperator):
     max_records_per_window: Optional[int] = None
     consumer: dict = {}
     timeout_seconds: float = 120.0
+    timestamp_field: Optional[str] = None
+    out_of_orderness_ms: int = 0
+    idle_timeout_ms: Optional[int] = None
     #: Records fetched per ``emit_tuples`` call at most.
     batch_records: int = 2000
     transient = ("_consumer", "_assigned", "_left", "_waiter", "_who", "_ck", "_poll_seconds", "_window",
-                 "_metric", "_probed", "_commit_logged")
+                 "_metric", "_probed", "_commit_logged", "_heard", "_context")
 
     def __init__(self) -> None:
         #: ``"topic:partition"`` -> offset of the next record to emit, for every partition known.
@@ -110,6 +121,11 @@ class KafkaInput(InputOperator):
         self.window_offsets: list[tuple[int, dict[str, int]]] = []
         self.bad_records = 0
         self.records = 0
+        #: ``"topic:partition"`` -> the largest event time seen in it (with ``timestamp_field``).
+        self.max_timestamps: dict[str, int] = {}
+        #: ``"topic:partition"`` -> when it last had a record (monotonic seconds), for ``idle_timeout_ms``.
+        self._heard: dict[str, float] = {}
+        self._context: Optional[OperatorContext] = None
         self._consumer: Any = None
         self._assigned: list[tuple[str, int]] = []
         self._left: Optional[int] = None
@@ -130,6 +146,10 @@ class KafkaInput(InputOperator):
         check_value_format(self.value_format, who)
         if self.on_bad_record not in ("fail", "skip"):
             raise FatalError(f"{who}: on_bad_record must be 'fail' or 'skip', not {self.on_bad_record!r}")
+        if self.timestamp_field is not None and self.value_format != "json":
+            raise FatalError(f"{who}: timestamp_field needs value_format 'json' (records with fields), "
+                             f"not {self.value_format!r}")
+        self._context = context
         if self.stop_at not in (None, "", "latest"):
             raise FatalError(f"{who}: stop_at must be unset or 'latest', not {self.stop_at!r}")
         self._poll_seconds = min(0.05, context.streaming_window_size_millis / 4000)
@@ -163,6 +183,7 @@ class KafkaInput(InputOperator):
         mine = {tp_key(t, p) for t, p in self._assigned}
         self.offsets = {k: v for k, v in self.offsets.items() if k in mine}
         self.end_offsets = {k: v for k, v in self.end_offsets.items() if k in mine}
+        self.max_timestamps = {k: v for k, v in self.max_timestamps.items() if k in mine}
         self._resolve_start()
         tps = [ck.TopicPartition(t, p, self.offsets[tp_key(t, p)]) for t, p in self._assigned]
         self._consumer.assign(tps)
@@ -255,6 +276,8 @@ class KafkaInput(InputOperator):
 
     def emit_tuples(self) -> None:
         if self._done():
+            if self._context is not None and self.timestamp_field is not None:
+                self._context.emit_watermark(MAX_WATERMARK)  # every event-time window may fire
             raise ShutdownException("reached the end offsets of stop_at: latest")
         n = self.batch_records
         if self._left is not None:
@@ -270,6 +293,9 @@ class KafkaInput(InputOperator):
         ends = self.end_offsets if self.stop_at == "latest" else None
         emitted = 0
         eof = []
+        field = self.timestamp_field
+        highs = self.max_timestamps
+        now = time.monotonic()
         for msg in msgs:
             err = msg.error()
             if err is not None:
@@ -294,6 +320,14 @@ class KafkaInput(InputOperator):
                 self._bad(topic, partition, offset, str(exc))
                 continue
             offsets[key] = offset + 1
+            if field is not None:
+                ts = value.get(field) if isinstance(value, dict) else None
+                if not isinstance(ts, (int, float)) or isinstance(ts, bool):
+                    self._bad(topic, partition, offset, f"without a numeric {field!r}")
+                    continue
+                if ts > highs.get(key, ts - 1):
+                    highs[key] = int(ts)
+                self._heard[key] = now
             emit(value)
             emitted += 1
         if any(msg.error() is None for msg in msgs):
@@ -341,6 +375,29 @@ class KafkaInput(InputOperator):
         if self._metric is not None:
             self._metric("records", self.records)
             self._metric("bad_records", self.bad_records)
+        if self.timestamp_field is not None and self._context is not None:
+            self._context.emit_watermark(MAX_WATERMARK if self._done() else self._watermark())
+
+    def _watermark(self) -> int:
+        """The minimum over this partition's Kafka partitions of their largest timestamp minus the
+        bound, leaving out those quiet for ``idle_timeout_ms``; when every one is quiet, the largest
+        of their values (as Flink's valve does: the quiet ones hold nothing back, and none is ahead)."""
+        now = time.monotonic()
+        idle = self.idle_timeout_ms
+        values, quiet = [], []
+        for t, p in self._assigned:
+            key = tp_key(t, p)
+            heard = self._heard.setdefault(key, now)  # quiet since this process started
+            value = self.max_timestamps[key] - self.out_of_orderness_ms if key in self.max_timestamps \
+                else MIN_WATERMARK  # nothing seen yet: it may still deliver anything
+            if idle is not None and (now - heard) * 1000 >= idle:
+                quiet.append(value)
+            else:
+                values.append(value)
+        if values:
+            return combine(values)
+        known = [v for v in quiet if v != MIN_WATERMARK]
+        return max(known) if known else IDLE
 
     def committed(self, window_id: int) -> None:
         """Commit to the consumer group the offsets at the end of the newest window <= ``window_id``."""
@@ -365,13 +422,16 @@ class KafkaInput(InputOperator):
         """Merge the offsets of every old partition; each new partition picks its own in ``setup``."""
         offsets: dict[str, int] = {}
         ends: dict[str, int] = {}
+        highs: dict[str, int] = {}
         topics: list[str] = []
         for state in states:
             offsets.update(state.get("offsets", {}))
             ends.update(state.get("end_offsets", {}))
+            highs.update(state.get("max_timestamps", {}))
             topics = topics or list(state.get("resolved_topics", []))
         return [{"offsets": dict(offsets), "end_offsets": dict(ends), "resolved_topics": list(topics),
-                 "window_offsets": [], "bad_records": 0, "records": 0} for _ in range(count)]
+                 "max_timestamps": dict(highs), "window_offsets": [], "bad_records": 0, "records": 0}
+                for _ in range(count)]
 
     def teardown(self) -> None:
         if self._consumer is not None:

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
+import time
 from typing import Any, Optional
 
 import orjson
 
 from stram.common import destinations, fs, space
+from stram.common.watermarks import IDLE, MAX_WATERMARK
 from stram.operator import (FatalError, InputOperator, InputPort, Operator, OperatorContext, OutputPort,
                             ShutdownException)
+
+
+log = logging.getLogger("stram.operators.io")
 
 
 class LineReader(InputOperator):
@@ -60,6 +66,149 @@ class LineReader(InputOperator):
         self.output.emit_batch(lines)
         if len(lines) < n:
             raise ShutdownException("end of file")
+
+    def teardown(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+class JsonLinesReader(InputOperator):
+    """Emits each line of a JSON-lines file, or of a directory's files in name order, as a dict.
+
+    Restarts exactly like :class:`LineReader`: its state is the file it is in and the byte offset.
+    With ``timestamp_field`` (event time, epoch milliseconds) it is a watermark's origin: at the
+    end of every window it declares the largest timestamp seen minus ``out_of_orderness_ms``, and
+    at the end of its input the maximum, so every event-time window downstream fires. Partition
+    ``i`` of ``n`` reads a directory's files ``i``, ``i + n``, ... A line that is not a JSON object
+    (or lacks a numeric timestamp) is logged, counted in the ``malformed`` metric and skipped.
+    """
+
+    output = OutputPort()
+    path: str = ""
+    #: Cap on records per window (None: no cap).
+    records_per_window: Optional[int] = None
+    #: Field holding a record's event time in epoch milliseconds (None: no event time).
+    timestamp_field: Optional[str] = None
+    #: How far out of order records may arrive: the watermark trails the largest timestamp by this.
+    out_of_orderness_ms: int = 0
+    #: No record for this long (wall time) and the watermark says IDLE, so that it holds back no
+    #: downstream minimum (None: never idle).
+    idle_timeout_ms: Optional[int] = None
+    #: Lines read per ``emit_tuples`` call.
+    batch_lines: int = 1024
+    transient = ("_file", "_left", "_files", "_context", "_last_record", "_malformed")
+
+    def __init__(self) -> None:
+        #: Index (in this partition's file list) of the file being read, and the offset in it.
+        self.file_index = 0
+        self.offset = 0
+        #: Largest event time seen.
+        self.max_timestamp: Optional[int] = None
+        self._file: Optional[_LineFile] = None
+        self._files: list[str] = []
+        self._left: Optional[int] = None
+        self._context: Optional[OperatorContext] = None
+        self._last_record = 0.0
+        self._malformed = 0
+
+    def setup(self, context: OperatorContext) -> None:
+        if not self.path:
+            raise FatalError("JsonLinesReader needs the property 'path'")
+        if self.out_of_orderness_ms < 0:
+            raise FatalError(f"JsonLinesReader {context.name}: out_of_orderness_ms must be at least 0, "
+                             f"not {self.out_of_orderness_ms}")
+        kind = fs.file_type(self.path)
+        if kind == "missing":
+            raise FatalError(f"JsonLinesReader: the input path {self.path} does not exist")
+        if kind == "directory":
+            names = sorted(i.base_name for i in fs.list_dir(self.path)
+                           if i.type == fs.FileType.File and not i.base_name.startswith((".", "_")))
+            files = [fs.join(self.path, n) for n in names]
+            self._files = files[context.partition_index::max(context.partition_count, 1)]
+        else:
+            self._files = [self.path] if context.partition_index == 0 else []
+        self._context = context
+        self._last_record = time.monotonic()
+
+    def begin_window(self, window_id: int) -> None:
+        self._left = self.records_per_window
+
+    def emit_tuples(self) -> None:
+        n = self.batch_lines
+        if self._left is not None:
+            n = min(n, self._left)
+            if n <= 0:
+                return
+        if self.file_index >= len(self._files):
+            self._end()
+        if self._file is None:
+            self._file = _LineFile(self._files[self.file_index], self.offset)
+        lines, self.offset = self._file.read_lines(n)
+        records = self._parse(lines)
+        if self._left is not None:
+            self._left -= len(lines)
+        if records:
+            self._last_record = time.monotonic()
+            self.output.emit_batch(records)
+        if len(lines) < n:  # this file is done: the next one, from its start
+            self._file.close()
+            self._file = None
+            self.file_index += 1
+            self.offset = 0
+
+    def _parse(self, lines: list[str]) -> list[dict]:
+        records = []
+        field = self.timestamp_field
+        high = self.max_timestamp
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                record = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                record = None
+            if not isinstance(record, dict):
+                self._bad("not a JSON object", line)
+                continue
+            if field is not None:
+                ts = record.get(field)
+                if type(ts) is not int:
+                    if not isinstance(ts, (int, float)) or isinstance(ts, bool):
+                        self._bad(f"no numeric {field!r}", line)
+                        continue
+                    ts = int(ts)
+                if high is None or ts > high:
+                    high = ts
+            records.append(record)
+        self.max_timestamp = high
+        return records
+
+    def _bad(self, why: str, line: str) -> None:
+        self._malformed += 1
+        if self._malformed <= 10 or self._malformed & (self._malformed - 1) == 0:  # 1..10, then powers of two
+            log.warning("JsonLinesReader %s: skipped a line (%s; %d so far): %.200s", self.path, why,
+                        self._malformed, line)
+
+    def end_window(self) -> None:
+        context = self._context
+        if context is None:
+            return
+        if self._malformed:
+            context.set_metric("malformed", self._malformed)
+        if self.timestamp_field is None or self.file_index >= len(self._files):
+            return  # no event time, or the input ended (its watermark is the maximum)
+        idle = self.idle_timeout_ms
+        if idle is not None and (time.monotonic() - self._last_record) * 1000 >= idle:
+            context.emit_watermark(IDLE)
+        elif self.max_timestamp is not None:
+            context.emit_watermark(self.max_timestamp - self.out_of_orderness_ms)
+
+    def _end(self) -> None:
+        """End of input: the watermark goes to the end of time, then the stream ends."""
+        if self._context is not None and self.timestamp_field is not None:
+            self._context.emit_watermark(MAX_WATERMARK)
+        raise ShutdownException("end of input")
 
     def teardown(self) -> None:
         if self._file is not None:

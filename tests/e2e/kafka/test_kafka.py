@@ -307,3 +307,48 @@ def test_split_state_merges_offsets_for_every_new_partition():
         assert state["offsets"] == {"t:0": 5, "t:1": 3, "t:2": 7} and state["end_offsets"] == {"t:0": 9, "t:1": 4}
     with pytest.raises(ValueError, match="cannot be repartitioned"):
         KafkaOutput.split_state([{}], 2, lambda k: 0)
+
+
+@pytest.mark.parametrize("idle_ms", [None, 300])
+def test_event_time_watermark_is_the_minimum_over_kafka_partitions(kafka, idle_ms):
+    """Partition 0 runs far ahead in event time, partition 1 stops early: without idle_timeout_ms
+    partition 1 holds the watermark at its last timestamp; with it, once it is quiet, partition 0
+    alone sets it. At stop_at: latest the watermark goes to the end of time."""
+    from stram.common.watermarks import MAX_WATERMARK
+    topic = kafka.new_topic("et", partitions=2)
+    bound = 7
+    kafka.produce(topic, [json.dumps({"i": i, "ts": 10 * i}) for i in range(200)], partition=0)
+    kafka.produce(topic, [json.dumps({"i": i, "ts": 10 * i}) for i in range(5)], partition=1)
+    op = make_input(kafka.servers, topics=topic, value_format="json", timestamp_field="ts",
+                    out_of_orderness_ms=bound, idle_timeout_ms=idle_ms, batch_records=50)
+    marks: list[int] = []
+    context = ctx()
+    context.emit_watermark = marks.append
+    op.setup(context)
+    try:
+        deadline = time.monotonic() + 60
+        w = 1
+        while len(op.emitted) < 205 and time.monotonic() < deadline:
+            w = run_windows(op, w, windows=1)
+        assert sorted((r["i"], r["ts"]) for r in op.emitted) == sorted(
+            [(i, 10 * i) for i in range(200)] + [(i, 10 * i) for i in range(5)])
+        if idle_ms is None:
+            assert marks and max(marks) <= 10 * 4 - bound  # partition 1's last record holds it back
+        time.sleep(0.4)
+        w = run_windows(op, w, windows=1)
+        if idle_ms is None:
+            assert marks[-1] == 10 * 4 - bound
+        else:  # both quiet now: neither holds back, the largest stands
+            assert marks[-1] == 10 * 199 - bound
+            kafka.produce(topic, [json.dumps({"i": 200, "ts": 2000})], partition=0)
+            deadline = time.monotonic() + 30
+            while len(op.emitted) < 206 and time.monotonic() < deadline:
+                w = run_windows(op, w, windows=1)
+            # partition 0 speaks again, partition 1 is still quiet: partition 0 alone
+            assert marks[-1] == 2000 - bound
+        op.stop_at = "latest"
+        op.end_offsets = dict(op.offsets)
+        run_windows(op, w)
+        assert marks[-1] == MAX_WATERMARK
+    finally:
+        op.teardown()
