@@ -45,17 +45,22 @@ def run_app(path: str) -> dict[str, Any]:
     cloudpickle.register_pickle_by_value(placeholder)
     try:
         return runpy.run_path(path, run_name=APP_MODULE)
-    except FlowError as exc:
-        raise FlowError(f"{path}: {exc}") from None
     except SystemExit as exc:
         raise FlowError(f"{path}: the app file called sys.exit({exc.code!r}) while it ran; it must define a "
                         f"Flow and return") from None
+    except FlowError as exc:
+        raise FlowError(f"{path}{_line(path, exc)}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - the user's file failed: say where, not a traceback of ours
-        import traceback
-        mine = os.path.abspath(path)
-        frames = [f for f in traceback.extract_tb(exc.__traceback__) if os.path.abspath(f.filename) == mine]
-        where = f" (line {frames[-1].lineno})" if frames else ""
-        raise FlowError(f"{path}: running the app file failed{where}: {type(exc).__name__}: {exc}") from None
+        raise FlowError(f"{path}: running the app file failed{_line(path, exc)}: {type(exc).__name__}: "
+                        f"{exc}") from None
+
+
+def _line(path: str, exc: BaseException) -> str:
+    """`` (line N)``: the app file's line the exception came through last, if any."""
+    import traceback
+    mine = os.path.abspath(path)
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if os.path.abspath(f.filename) == mine]
+    return f" (line {frames[-1].lineno})" if frames else ""
 
 
 def load_flow(path: str) -> Flow:

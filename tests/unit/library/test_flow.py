@@ -417,7 +417,7 @@ def test_app_functions_travel_by_value_to_a_process_that_cannot_import_the_app(t
     ("from stram.flow import Flow\na = Flow('one')\nb = Flow('two')\n", "several Flows.*a \\('one'\\), b \\('two'\\)"),
     ("from stram.flow import Flow\n\nflow = Flow('f')\nflow.read_lines('x').map(undefined)\n",
      "failed \\(line 4\\): NameError"),
-    ("from stram.flow import Flow\nFlow('f').read_lines('x').map(3)\n", "map takes a function"),
+    ("from stram.flow import Flow\nFlow('f').read_lines('x').map(3)\n", "app.py \\(line 2\\): map takes a function"),
 ])
 def test_app_files_without_one_flow_are_clear_errors(tmp_path, body, message):
     path = tmp_path / "app.py"
