@@ -1,0 +1,183 @@
+"""WindowedJoin and IntervalJoin against plain-Python oracles on random disordered two-sided streams."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+from eventtime import drive, interval_join_oracle, late_ids, make, on_time, stream, windowed_join_oracle
+
+from stram.common import pickled
+from stram.common.watermarks import MAX_WATERMARK
+from stram.operator import FatalError
+from stram.operators.join import IntervalJoin, WindowedJoin
+
+R, B = 16, 40
+SEEDS = range(20)
+MODES = ("plain", "pickle", "split")
+SIDES = ("left", "right")
+
+WINDOWS = {
+    "tumbling": {"kind": "tumbling", "size_ms": 100},
+    "sliding": {"kind": "sliding", "size_ms": 100, "slide_ms": 40, "origin_ms": 7},
+    "session": {"kind": "session", "gap_ms": 30},
+}
+
+
+def fields(seed: int) -> dict:
+    """Key and time from fields, or (every third seed) from functions for the right side."""
+    props = {"left_key_field": "key", "left_timestamp_field": "ts", "right_key_field": "key",
+             "right_timestamp_field": "ts"}
+    if seed % 3 == 2:
+        props.update(right_key_field=None, right_key_fn=pickled.dumps(lambda r: r["key"]),
+                     right_timestamp_field=None, right_timestamp_fn=pickled.dumps(lambda r: r["ts"]))
+    return props
+
+
+@pytest.mark.parametrize("how", ["inner", "left"])
+@pytest.mark.parametrize("wname", sorted(WINDOWS))
+def test_windowed_join_equals_the_oracle(wname, how):
+    window = WINDOWS[wname]
+    for seed in SEEDS:
+        lateness = (0, 120)[seed % 2]
+        reach = window.get("size_ms", window.get("gap_ms")) + lateness
+        items = stream(seed, 300, keys=4, bound=B, late=0.1, horizon=reach, lookback=2 * R, ports=SIDES)
+        run = drive(WindowedJoin, dict(fields(seed), window=window, how=how, allowed_lateness_ms=lateness),
+                    items, R, B, mode=MODES[seed % 3], seed=seed)
+        got = Counter((r["key"], r["window_start"], r["window_end"], r["left"]["id"],
+                       r["right"]["id"] if r["right"] is not None else None) for r in run.results)
+        assert got == windowed_join_oracle(window, on_time(items), how), (seed, MODES[seed % 3])
+        assert sorted(r["id"] for r in run.late) == late_ids(items)
+
+
+def test_windowed_join_pairs_come_in_left_then_right_arrival_order():
+    window = WINDOWS["tumbling"]
+    for seed in SEEDS:
+        items = stream(seed, 200, keys=2, bound=B, ports=SIDES)
+        run = drive(WindowedJoin, dict(fields(0), window=window), items, R, B, seed=seed)
+        by_window = {}
+        for r in run.results:
+            by_window.setdefault((r["key"], r["window_start"]), []).append((r["left"]["id"], r["right"]["id"]))
+        for pairs in by_window.values():
+            assert pairs == sorted(pairs)  # ids are arrival positions
+
+
+@pytest.mark.parametrize("how", ["inner", "left"])
+@pytest.mark.parametrize("lower, upper", [(0, 60), (-50, 50), (-80, 0), (-20, 150)])
+def test_interval_join_equals_the_oracle(lower, upper, how):
+    for seed in SEEDS:
+        items = stream(seed, 300, keys=4, bound=B, late=0.1, horizon=max(upper, -lower), lookback=2 * R,
+                       ports=SIDES)
+        run = drive(IntervalJoin, dict(fields(seed), lower_ms=lower, upper_ms=upper, how=how), items, R, B,
+                    mode=MODES[seed % 3], seed=seed)
+        got = Counter((r["key"], r["left"]["id"], r["right"]["id"] if r["right"] is not None else None)
+                      for r in run.results)
+        assert got == interval_join_oracle(on_time(items), lower, upper, how), (seed, MODES[seed % 3])
+        assert sorted(r["id"] for r in run.late) == late_ids(items)
+
+
+def test_interval_join_emits_a_pair_when_its_second_record_arrives():
+    op = make(IntervalJoin, dict(fields(0), lower_ms=-10, upper_ms=10))
+    out = []
+    op.output.emit_batch = out.extend
+    rng = random.Random(2)
+    seen = []
+    for i in range(200):
+        side = rng.choice(SIDES)
+        rec = {"key": rng.choice("ab"), "ts": rng.randrange(300), "id": i}
+        before = len(out)
+        getattr(op, f"process_{side}_batch")([rec])
+        expected = sorted((o["id"], rec["id"]) if side == "right" else (rec["id"], o["id"]) for s, o in seen
+                          if s != side and o["key"] == rec["key"]
+                          and -10 <= (rec["ts"] - o["ts"]) * (1 if side == "right" else -1) <= 10)
+        assert sorted((r["left"]["id"], r["right"]["id"]) for r in out[before:]) == expected
+        seen.append((side, rec))
+
+
+def test_interval_join_state_stays_bounded():
+    """A left record is held while ts >= watermark - (upper - lower), a right one too (lower <= 0 <=
+    upper); the watermark trails the records of the last two driver windows by at most B, and ts_i
+    lies in [i*step, i*step + B): each side holds at most 2R + 1 + (upper - lower + 2B) / step."""
+    step, lower, upper, n = 2, -30, 90, 200_000
+    rng = random.Random(4)
+    items = [(rng.choice(SIDES), {"key": f"k{rng.randrange(500)}", "ts": i * step + rng.randrange(B), "id": i}, False)
+             for i in range(n)]
+    bound = 2 * (2 * R + 1 + (upper - lower + 2 * B) // step)
+
+    def held(op):
+        return max(sum(len(d) for d in op.lefts.values()) + sum(len(d) for d in op.rights.values()),
+                   len(op._heaps[0]) + len(op._heaps[1]))
+    run = drive(IntervalJoin, dict(fields(0), lower_ms=lower, upper_ms=upper, how="left"), items, R, B, size=held)
+    assert run.max_size <= bound
+    got = Counter((r["key"], r["left"]["id"], r["right"]["id"] if r["right"] is not None else None)
+                  for r in run.results)
+    assert len(got) > n // 4
+
+
+def test_join_properties_and_partition_keys():
+    with pytest.raises(FatalError, match="IntervalJoin op: property 'lower_ms'"):
+        make(IntervalJoin, dict(fields(0), lower_ms=5, upper_ms=1))
+    with pytest.raises(FatalError, match="WindowedJoin op: property 'how'"):
+        make(WindowedJoin, dict(fields(0), window=WINDOWS["tumbling"], how="outer"))
+    with pytest.raises(FatalError, match="WindowedJoin op: property 'window'"):
+        make(WindowedJoin, fields(0))
+    fn = pickled.dumps(lambda r: r["k"])
+    props = {"left_key_field": "a", "right_key_fn": fn}
+    assert WindowedJoin.partition_key(props, "left") == "field:a"
+    assert IntervalJoin.partition_key(props, "right") == fn
+    assert IntervalJoin.partition_key({}, "left") is None
+
+
+def test_join_split_state_deals_keys_and_takes_the_highest_watermark():
+    states = []
+    for wm, keys in ((10, "ab"), (30, "cd")):
+        op = make(IntervalJoin, dict(fields(0), lower_ms=-5, upper_ms=5))
+        op.on_watermark(wm)
+        op.process_left_batch([{"key": k, "ts": 100} for k in keys])
+        op.process_right_batch([{"key": k, "ts": 101} for k in keys])
+        states.append(op.get_state())
+    new = IntervalJoin.split_state(states, 2, lambda k: "abcd".index(k) % 2)
+    assert [s["watermark"] for s in new] == [30, 30]
+    assert [sorted(s["lefts"]) for s in new] == [["a", "c"], ["b", "d"]]
+    assert [sorted(s["rights"]) for s in new] == [["a", "c"], ["b", "d"]]
+    op = make(IntervalJoin, dict(fields(0), lower_ms=-5, upper_ms=5, how="left"), state=new[0])
+    out = []
+    op.output.emit_batch = out.extend
+    op.on_watermark(MAX_WATERMARK)
+    assert out == []  # every left matched before the split
+
+
+@pytest.mark.parametrize("lower, upper", [(0, 40), (-30, 30), (10, 50), (-50, -10)])
+def test_interval_join_records_behind_the_watermark(lower, upper):
+    """Records arrive up to 60 ms behind the watermark: those the late rule lets in get every match
+    among the records let in, and a left record goes out unmatched only when no later one can match."""
+    for seed in range(10):
+        rng = random.Random(seed)
+        op = make(IntervalJoin, dict(fields(0), lower_ms=lower, upper_ms=upper, how="left"))
+        out, late = [], []
+        op.output.emit_batch = out.extend
+        op.late.emit_batch = late.extend
+        wm, accepted, fed = 1000, [], []
+        op.on_watermark(wm)
+        for w in range(50):
+            for i in range(rng.randint(1, 5)):
+                side = rng.choice(SIDES)
+                rec = {"key": rng.choice("ab"), "ts": wm + rng.randint(-60, 30), "id": (w, i), "side": side}
+                getattr(op, f"process_{side}_batch")([rec])
+                fed.append(rec)
+                if (rec["ts"] + upper if side == "left" else rec["ts"] - lower) >= wm:
+                    accepted.append(rec)
+            wm += rng.randint(0, 25)
+            op.on_watermark(wm)
+        op.on_watermark(MAX_WATERMARK)
+        assert late == [r for r in fed if r not in accepted]
+        lefts = [r for r in accepted if r["side"] == "left"]
+        rights = [r for r in accepted if r["side"] == "right"]
+        expected = Counter()
+        for left in lefts:
+            hits = [r for r in rights if r["key"] == left["key"] and lower <= r["ts"] - left["ts"] <= upper]
+            expected.update((left["id"], r["id"]) for r in hits)
+            if not hits:
+                expected[(left["id"], None)] += 1
+        assert Counter((r["left"]["id"], r["right"] and r["right"]["id"]) for r in out) == expected
