@@ -133,6 +133,24 @@ def test_joins_and_dedup_compile_to_their_operators():
     assert streams["read_jsonl_2"]["to"] == ["join.right", "interval_join.right"]
 
 
+def test_event_time_flows_pass_the_spec_check():
+    """Every window, join and dedup form compiles to properties the operators declare, of their types."""
+    flow, bids = bids_flow()
+    keyed = bids.key_by("auction")
+    for window in (windows.tumbling(1000), windows.sliding(1000, 500), windows.session(1000)):
+        w = keyed.window(window, allowed_lateness_ms=10, trigger={"early_ms": 100})
+        for result in (w.count(), w.sum("price"), w.top_k(2, lambda r: r["price"]), w.collect(),
+                       w.fold(int, lambda a, r: a + 1, merge=lambda a, b: a + b)):
+            result.write_jsonl("o")
+            result.late.write_jsonl("late")
+    other = flow.read_jsonl("people", timestamp_field="t").key_by(lambda r: r["id"])
+    keyed.join(other, windows.tumbling(1000), how="left").write_jsonl("j")
+    keyed.interval_join(other, 0, 500).write_jsonl("ij")
+    keyed.dedup(1000).late.write_jsonl("d")
+    spec = flow.compile()
+    assert len([op for op in spec.operators.values() if op.class_name.endswith("WindowedAggregate")]) == 15
+
+
 # ---------------------------------------------------------------- event time
 
 def test_the_timestamp_field_comes_from_the_nearest_source_through_other_steps():
