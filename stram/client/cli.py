@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from stram.client.commands import LocalRun, admin, app_info
+from stram.client.commands import LocalRun, admin, app_directory, app_info, format_dag, load_spec, logical_dag
 from stram.client.follow import follow
 from stram.common import apppath, fs
 from stram.common.apps import TERMINAL, apps_dir, find_app, local_apps, write_pin, write_token, yarn_configured
@@ -54,16 +54,20 @@ def _emit(data: Any, as_json: bool, human: Callable[[Any], str]) -> None:
 DRY_RUN_TOKEN = "<placeholder: a new token is made at submission>"
 
 def launch(args: argparse.Namespace) -> int:
-    from stram.master.spec import AppSpec
-
     # application modules resolve from the working directory, as they will in
     # the master and the containers (which run with it on PYTHONPATH)
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    try:
-        spec = AppSpec.from_file(args.spec, overrides=args.define or ())
-    except FileNotFoundError:
-        raise UserError(f"{args.spec}: no such spec file") from None
+    if args.json and not args.print_dag:
+        raise UserError("--json goes with --print-dag (`stram launch --print-dag --json SPEC`)")
+    if args.print_dag and (args.yarn or args.dry_run or args.detach or args.duration is not None):
+        raise UserError("--print-dag prints the DAG and launches nothing; leave out --yarn, --dry-run, "
+                        "--detach and --duration")
+    # a YAML spec, or the Flow of a Python app file compiled: the same AppSpec from here on
+    spec = load_spec(args.spec, args.define or ())
+    if args.print_dag:
+        _emit(logical_dag(spec), args.json, format_dag)
+        return 0
     if args.yarn or args.dry_run:
         from stram.client import yarn
         if args.dry_run:
@@ -90,7 +94,9 @@ def launch(args: argparse.Namespace) -> int:
     write_pin(app_id, bool(tls))  # the local launcher's default is no TLS
     env.pop("STRAM_TOKEN", None)
     here = os.getcwd()
-    env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    # an app file's neighbours (modules of operator classes it names) import in the master and containers too
+    paths = [here] + [d for d in [app_directory(args.spec)] if d and d != here]
+    env["PYTHONPATH"] = os.pathsep.join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     from stram.master.process import supervise
     supervisor = supervise.start(app_id, app_path, env, here, int(spec.attribute("MASTER_ATTEMPTS")),
                                  detach=args.detach)
@@ -312,9 +318,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    p = sub.add_parser("launch", help="launch an application from a spec",
-                       description="Validate SPEC and start its application master.")
-    p.add_argument("spec", metavar="SPEC", help="application spec (YAML)")
+    p = sub.add_parser("launch", help="launch an application from a spec or a Python app file",
+                       description="Validate SPEC and start its application master. SPEC is a YAML spec or a "
+                                   "Python app file (.py) that defines one module-level stram.flow.Flow: the file "
+                                   "runs, its Flow compiles to the same spec (functions pickled by value) and "
+                                   "launches the same way.")
+    p.add_argument("spec", metavar="SPEC", help="application spec (YAML) or app file (.py)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--local", action="store_true", help="run as local processes (default)")
     where.add_argument("--yarn", action="store_true", help="submit to YARN through Skein")
@@ -325,6 +334,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="shut the application down gracefully after SECONDS")
     p.add_argument("--detach", action="store_true", help="print the application id and return")
     p.add_argument("--dry-run", action="store_true", help="with --yarn: print the Skein ApplicationSpec")
+    p.add_argument("--print-dag", action="store_true",
+                   help="print the logical DAG (operators with class and partitions, streams with source, "
+                        "sinks and locality) and launch nothing")
+    p.add_argument("--json", action="store_true", help="with --print-dag: one JSON document on stdout")
     p.set_defaults(func=launch)
 
     p = sub.add_parser("list-apps", help="list applications")

@@ -1,4 +1,9 @@
-"""Talking to a running application, local or on YARN: admin calls, live info, following a local run.
+"""What ``stram launch`` reads (a YAML spec or a Python app file), and talking to a running application.
+
+:func:`load_spec` gives the validated spec of either kind of file (an app
+file's :class:`~stram.flow.Flow` compiled, ``-D`` overrides applied the same
+way); :func:`logical_dag` and :func:`format_dag` are what ``launch
+--print-dag`` prints.
 
 :func:`admin` routes an admin API call to a local master (its URL in
 ``admin.json``) or through YARN (the ResourceManager's web proxy, see
@@ -11,19 +16,77 @@ detached launch and a followed one alike.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
-from typing import Any
+from typing import Any, Iterable
 
 from stram.client.adminhttp import request_json
 from stram.client.follow import pause_note, stall_note
 from stram.common.apps import TERMINAL, find_app, pinned_tls, read_certificate, read_token
-from stram.common.errors import ClusterUnreachable, StramError
+from stram.common.errors import ClusterUnreachable, StramError, UserError
 
-__all__ = ["admin", "app_info", "failure_note", "LocalRun"]
+__all__ = ["admin", "app_info", "failure_note", "LocalRun", "load_spec", "is_app_file", "logical_dag", "format_dag",
+           "app_directory"]
 
 #: Seconds a call waits for a starting master's admin API to come up.
 STARTING_WAIT = 20.0
+
+
+def is_app_file(path: str) -> bool:
+    """Whether ``path`` is a Python app file (``.py``) rather than a YAML spec."""
+    return path.endswith(".py")
+
+
+def load_spec(path: str, overrides: Iterable[str] = ()) -> Any:
+    """The validated :class:`~stram.master.spec.AppSpec` of a YAML spec or of the Flow a ``.py`` app file
+    defines, with the ``-D`` ``overrides`` applied.
+
+    Raises
+    ------
+    UserError
+        No such file; the app file fails or defines no single Flow; the spec is invalid.
+    """
+    from stram.master.spec import AppSpec
+    if is_app_file(path):
+        from stram.flow import load_flow
+        return load_flow(path).compile(overrides, source=path)
+    try:
+        return AppSpec.from_file(path, overrides=overrides)
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such spec file") from None
+
+
+def logical_dag(spec: Any) -> dict[str, Any]:
+    """The logical DAG of a spec as JSON data: operators (class, partitions) and streams (source, sinks,
+    locality), in the spec's order."""
+    return {
+        "name": spec.name,
+        "operators": [{"name": name, "class": op.class_name, "partitions": op.partitions}
+                      for name, op in spec.operators.items()],
+        "streams": [{"name": name, "from": str(s.source), "to": [str(t) for t in s.sinks], "locality": s.locality}
+                    for name, s in spec.streams.items()],
+    }
+
+
+def format_dag(dag: dict[str, Any]) -> str:
+    """:func:`logical_dag` as text: one line per operator, then one per stream."""
+    ops, streams = dag["operators"], dag["streams"]
+    lines = [f"{dag['name']}: {len(ops)} operator{'s' * (len(ops) != 1)}, "
+             f"{len(streams)} stream{'s' * (len(streams) != 1)}", "operators:"]
+    width, cls = max(len(o["name"]) for o in ops), max(len(o["class"]) for o in ops)
+    lines += [f"  {o['name']:<{width}}  {o['class']:<{cls}}  partitions={o['partitions']}" for o in ops]
+    if streams:
+        lines.append("streams:")
+        width = max(len(s["name"]) for s in streams)
+        lines += [f"  {s['name']:<{width}}  {s['from']} -> {', '.join(s['to'])}"
+                  + (f"  [{s['locality']}]" if s["locality"] else "") for s in streams]
+    return "\n".join(lines)
+
+
+def app_directory(path: str) -> str | None:
+    """The directory of an app file (its neighbours are importable), None for a YAML spec."""
+    return os.path.dirname(os.path.abspath(path)) if is_app_file(path) else None
 
 
 def admin(app: dict[str, Any], path: str, method: str = "GET", body: dict | None = None,
