@@ -140,3 +140,15 @@ def test_session_windows_repartition_with_stram_scale(tmp_path, capsys):
     assert final["state"] == "SUCCEEDED", final
     assert sorted(read_jsonl(out), key=json.dumps) == sessions
     assert sorted(read_jsonl(late_dir), key=json.dumps) == sorted(late, key=json.dumps)
+
+
+def test_the_sessions_flow_gives_the_yaml_examples_answer(tmp_path):
+    """specs/sessions_flow.py, the example written with the dataflow API, run with `stram launch app.py`."""
+    sessions, late = oracle(records(), per_window=100)
+    out, late_dir = tmp_path / "out", tmp_path / "late"
+    app_id = launch_detached("specs/sessions_flow.py", "-D", f"operators.out.path={out}",
+                             "-D", f"operators.late.path={late_dir}")
+    final = wait_final(app_id, timeout=300)
+    assert final["state"] == "SUCCEEDED", final
+    assert sorted(read_jsonl(str(out)), key=json.dumps) == sessions
+    assert sorted(read_jsonl(str(late_dir)), key=json.dumps) == sorted(late, key=json.dumps)
