@@ -60,11 +60,12 @@ def write_sources(tmp_path, seed: int) -> tuple[str, dict[str, list[dict]]]:
     return str(folder), made
 
 
-def run(nodes: list[Node], sink: Node, timeout: float = 60) -> None:
+def run(nodes: list[Node], *sinks: Node, timeout: float = 60) -> None:
     for n in nodes:
         n.start()
     try:
-        assert sink.stopped.wait(timeout)
+        for sink in sinks:
+            assert sink.stopped.wait(timeout)
     finally:
         for n in nodes:
             n.stop(1)
@@ -201,8 +202,7 @@ def test_watermarks_cross_a_buffer_server_to_every_partition(tmp_path):
         for k, s in enumerate(sinks):
             s.remote_inputs.append(subscribe(s, s.add_source("input"), "127.0.0.1", server.port, b"t",
                                              "1.output", start + 1, "pickle", mask=1, keys=[k]))
-        run([*sinks, src], sinks[0])
-        assert sinks[1].stopped.wait(30)
+        run([*sinks, src], *sinks)
     finally:
         server.stop()
     got = sorted((r["src"], r["i"]) for rec in recs for r in rec.seen)
