@@ -7,7 +7,8 @@ read of the API: after k records (the source's tuples out, the others' tuples in
 the window the watermark is of) the watermark is ORIGIN + (k - 1) * STEP - BOUND, none before the
 first record, "end" once the source has emitted its last record and declared the end of input.
 The source holds after HOLD records until the test releases it: then all three show that
-watermark, with a lag that is the master's clock minus it.
+watermark, with a lag that is the master's clock minus it. The console's Watermark column shows
+the same (a browser test, as tests/e2e/local/test_console_e2e.py's).
 """
 
 from __future__ import annotations
@@ -15,9 +16,13 @@ from __future__ import annotations
 import datetime
 import json
 import time
+import urllib.parse
 
 from e2ekit import admin, launch_detached, wait_final, wait_until
 from test_admin_e2e import cli, kill
+from test_console_e2e import Page
+
+from stram.common import apps as stram_apps
 
 TOTAL, PER_WINDOW, STEP, BOUND, HOLD = 40, 2, 250, 1000, 15
 NAMES = ("src", "relay", "out")
@@ -109,4 +114,41 @@ def test_the_operators_api_shows_each_operators_watermark_and_its_lag(tmp_path):
                          key=lambda r: r["i"])
         assert written == [{"i": i, "ts": origin + i * STEP} for i in range(TOTAL)]
     finally:
+        kill(app_id)
+
+
+def console_url(app_id: str) -> str:
+    """The console of a local application, its token in the address."""
+    url = wait_until(lambda: stram_apps.find_app(app_id).get("admin_url"), timeout=60, what="the admin URL")
+    return url + "/#token=" + urllib.parse.quote(stram_apps.read_token(app_id))
+
+
+def test_the_console_shows_each_operators_watermark_and_its_lag(tmp_path, chromium):
+    origin = now_ms() - 3_600_000
+    release = tmp_path / "release"
+    app_id = launch_detached(spec(tmp_path, origin, release))
+    page = None
+    try:
+        def held() -> dict | None:
+            rows = {r["name"]: r for r in (admin(app_id, "operators") or {}).get("operators", [])}
+            return rows if len(rows) == 3 and all(r["watermark"] is not None for r in rows.values()) \
+                and rows["out"]["tuples_in_total"] == HOLD and rows else None
+        rows = wait_until(held, timeout=90, what=f"every operator to have {HOLD} records", interval=0.2)
+        want = origin + (HOLD - 1) * STEP - BOUND
+        when = datetime.datetime.fromtimestamp(want / 1000, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        when += f".{want % 1000:03d} UTC (lag "
+        page = Page(chromium, console_url(app_id))
+        ids = {str(r["id"]): name for name, r in rows.items()}
+        shown = wait_until(lambda: (cells := page.rows("operators")) and set(cells) == set(ids)
+                           and all(c[9].startswith(when) for c in cells.values()) and cells, timeout=30,
+                           what=f"the watermark {when} on the page")
+        for cells in shown.values():  # the lag in seconds: an hour and more behind
+            assert cells[9].endswith(")") and "h " in cells[9][len(when):], cells[9]
+        release.touch()
+        wait_until(lambda: all(c[9] == "end" for c in page.rows("operators").values()), timeout=60,
+                   what="every operator's watermark at the end on the page")
+        assert not page.errors, page.errors
+    finally:
+        if page is not None:
+            page.close()
         kill(app_id)
