@@ -24,11 +24,12 @@ from stram.master.core.reports import last_line
 __all__ = ["OperatorPage"]
 
 # the row's keys in sorted order, as orjson's OPT_SORT_KEYS writes them; the two %s holes after
-# current_window and metrics take an operator's fixed fields (id, kind, label / name, partition)
+# current_window and metrics take an operator's fixed fields (id, kind, label / name, partition), the
+# one after tuples_processed_total its watermark and lag (:func:`_watermark`)
 _ROW = (b'{"blocked":%s,"container":%s,"cpu_seconds_total":%s,"current_window":%s,%s,"last_error":%s,'
         b'"last_window_tuples":[%d,%d],"metrics":%s,%s,"recovery_checkpoint":%s,"restarts":%d,'
         b'"state":%s,"tuples_in_total":%d,"tuples_out_total":%d,"tuples_per_sec":%s,'
-        b'"tuples_processed_total":%d,"watermark":%s,"watermark_lag_millis":%s,"windows_total":%d}')
+        b'"tuples_processed_total":%d,%s,"windows_total":%d}')
 _SORTED = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
 
 
@@ -41,15 +42,16 @@ def _number(value: Any) -> bytes:
     return b"%d" % value
 
 
-#: A watermark's words (:func:`~stram.master.core.reports.watermark_view`) as JSON.
-_WATERMARK_WORDS = {"idle": b'"idle"', "end": b'"end"'}
+#: The watermark fields of a row without a watermark (most operators: no event time).
+_NO_WATERMARK = b'"watermark":null,"watermark_lag_millis":null'
 
 
-def _watermark(value: Any) -> bytes:
-    """A watermark as the page shows it: epoch millis, null, or one of its words."""
+def _watermark(value: Any, lag: Any) -> bytes:
+    """The watermark fields of a row (:func:`~stram.master.core.reports.watermark_view`'s pair):
+    epoch millis and lag, or one of its words and null."""
     if type(value) is str:
-        return _WATERMARK_WORDS.get(value) or orjson.dumps(value)
-    return _number(value)
+        return b'"watermark":%s,"watermark_lag_millis":null' % orjson.dumps(value)
+    return b'"watermark":%s,"watermark_lag_millis":%s' % (_number(value), _number(lag))
 
 
 class OperatorPage:
@@ -97,5 +99,6 @@ class OperatorPage:
                 dumps(last_line(error)) if error else b'""', last_in, last_out,
                 dumps(metrics, option=_SORTED) if metrics else b"{}", known[2], _number(recovery), restarts,
                 said, tuples_in, tuples_out, _number(round(throughput, 1)),
-                tuples_in if has_inputs else tuples_out, _watermark(watermark), _number(lag), count))
+                tuples_in if has_inputs else tuples_out,
+                _NO_WATERMARK if watermark is None else _watermark(watermark, lag), count))
         return b",".join(out)

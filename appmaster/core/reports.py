@@ -180,14 +180,10 @@ def operator_copies(books: Books, ops: Iterable[Any] | None = None) -> list[tupl
     rows = []
     for op in (books.plan.operators.values() if ops is None else ops):
         h, t = history.get(op.id), totals.get(op.id)
-        if h is not None:
-            summary, watermark = h.summary(), h.watermark
-        else:
-            summary = watermark = None
         rows.append((op, op.state.value, op.current_window, op.recovery_checkpoint, op.container, op.restarts,
-                     op.last_error, bool(op.inputs), op.id in blocked, summary,
+                     op.last_error, bool(op.inputs), op.id in blocked, h.summary() if h is not None else None,
                      (t.tuples_in, t.tuples_out, t.windows, t.cpu_nanos) if t is not None else empty,
-                     NO_WATERMARK if watermark is None else watermark_view(watermark, now)))
+                     NO_WATERMARK if h is None or h.watermark is None else watermark_view(h.watermark, now)))
     return rows
 
 
