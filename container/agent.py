@@ -274,6 +274,9 @@ class Agent:
                                         tuples_out=sum(ws.output_counts.values()),
                                         end_window_millis=ws.end_window_timestamp)
             stats.checkpoint.window_id = ws.checkpoint
+            if ws.watermark is not None:  # an operator with event time
+                stats.watermark = ws.watermark
+                stats.has_watermark = True
             for port, n in ws.input_counts.items():
                 stats.input_ports.add(id=port, tuple_count=n, end_window_timestamp=ws.end_window_timestamp,
                                       queue_size=ws.queue_size)

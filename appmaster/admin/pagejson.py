@@ -1,7 +1,7 @@
 """The operators page written as JSON straight from the state's copies, without a dict per row.
 
 The admin API's ``operators`` page (and ``stram list-operators``, the console)
-is one row of twenty fields per physical operator. Built as dicts
+is one row of twenty-two fields per physical operator. Built as dicts
 (:func:`~stram.master.core.reports.operator_rows`) and encoded by orjson, 20,000 rows
 took 67-99 ms of the master's interpreter, every heartbeat waiting for the
 interpreter lock meanwhile. Here each row is one ``bytes %`` of a fixed
@@ -24,11 +24,12 @@ from stram.master.core.reports import last_line
 __all__ = ["OperatorPage"]
 
 # the row's keys in sorted order, as orjson's OPT_SORT_KEYS writes them; the two %s holes after
-# current_window and metrics take an operator's fixed fields (id, kind, label / name, partition)
+# current_window and metrics take an operator's fixed fields (id, kind, label / name, partition), the
+# one after tuples_processed_total its watermark and lag (:func:`_watermark`)
 _ROW = (b'{"blocked":%s,"container":%s,"cpu_seconds_total":%s,"current_window":%s,%s,"last_error":%s,'
         b'"last_window_tuples":[%d,%d],"metrics":%s,%s,"recovery_checkpoint":%s,"restarts":%d,'
         b'"state":%s,"tuples_in_total":%d,"tuples_out_total":%d,"tuples_per_sec":%s,'
-        b'"tuples_processed_total":%d,"windows_total":%d}')
+        b'"tuples_processed_total":%d,%s,"windows_total":%d}')
 _SORTED = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
 
 
@@ -39,6 +40,18 @@ def _number(value: Any) -> bytes:
     if type(value) is float:
         return repr(value).encode() if math.isfinite(value) else b"null"
     return b"%d" % value
+
+
+#: The watermark fields of a row without a watermark (most operators: no event time).
+_NO_WATERMARK = b'"watermark":null,"watermark_lag_millis":null'
+
+
+def _watermark(value: Any, lag: Any) -> bytes:
+    """The watermark fields of a row (:func:`~stram.master.core.reports.watermark_view`'s pair):
+    epoch millis and lag, or one of its words and null."""
+    if type(value) is str:
+        return b'"watermark":%s,"watermark_lag_millis":null' % orjson.dumps(value)
+    return b'"watermark":%s,"watermark_lag_millis":%s' % (_number(value), _number(lag))
 
 
 class OperatorPage:
@@ -65,7 +78,8 @@ class OperatorPage:
             texts.clear()
         out = []
         append = out.append
-        for op, state, current, recovery, container, restarts, error, has_inputs, blocked, windows, totals in copies:
+        for (op, state, current, recovery, container, restarts, error, has_inputs, blocked, windows, totals,
+             (watermark, lag)) in copies:
             tuples_in, tuples_out, count, cpu_nanos = totals
             throughput, last_in, last_out, metrics = windows if windows is not None else (0.0, 0, 0, None)
             known = fixed.get(op.id)
@@ -85,5 +99,6 @@ class OperatorPage:
                 dumps(last_line(error)) if error else b'""', last_in, last_out,
                 dumps(metrics, option=_SORTED) if metrics else b"{}", known[2], _number(recovery), restarts,
                 said, tuples_in, tuples_out, _number(round(throughput, 1)),
-                tuples_in if has_inputs else tuples_out, count))
+                tuples_in if has_inputs else tuples_out,
+                _NO_WATERMARK if watermark is None else _watermark(watermark, lag), count))
         return b",".join(out)

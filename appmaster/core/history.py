@@ -59,12 +59,15 @@ class WindowHistory:
     tuples), every heartbeat waiting for it.
     """
 
-    __slots__ = ("maxlen", "_numbers", "_metrics")
+    __slots__ = ("maxlen", "_numbers", "_metrics", "watermark")
 
     def __init__(self, maxlen: int = 20) -> None:
         self.maxlen = maxlen
         self._numbers = array("q")  # per window: its id, tuples in, tuples out, end millis, CPU nanos
         self._metrics: list[dict[str, Any] | None] | None = None  # per window, once one had any
+        #: The operator's event-time watermark after its newest reported window (epoch millis or a
+        #: special value of :mod:`stram.common.watermarks`); None: it has no event time.
+        self.watermark: int | None = None
 
     def append(self, sample: tuple) -> None:
         """Add the newest window (a :class:`WindowSample`'s fields; the oldest goes past ``maxlen``)."""
@@ -91,13 +94,15 @@ class WindowHistory:
     def record(self, window_stats: Any, now: int, totals: OperatorTotals) -> None:
         """Add the windows of one operator's heartbeat (its ``OperatorStats`` messages, oldest first)
         and count them in ``totals``: :meth:`append` and :meth:`OperatorTotals.add` of each, in one
-        call per operator and heartbeat (the hot loop of the master's heartbeat)."""
+        call per operator and heartbeat (the hot loop of the master's heartbeat). The newest window's
+        watermark becomes :attr:`watermark` (only the newest is read: the older ones are past)."""
         numbers = self._numbers
         size = len(numbers)
         counted = totals.counted_window
         tuples_in_sum = tuples_out_sum = cpu_sum = windows = 0
         new: list[int] = []
         metrics: list[dict[str, Any] | None] | None = None
+        ws = None
         for ws in window_stats:
             end = ws.end_window_millis
             if end:  # the agent's totals over the ports
@@ -119,6 +124,8 @@ class WindowHistory:
                 tuples_out_sum += tuples_out
                 cpu_sum += cpu
                 windows += 1
+        if ws is not None:
+            self.watermark = ws.watermark if ws.has_watermark else None
         if windows:
             totals.counted_window = counted
             totals.tuples_in += tuples_in_sum
@@ -166,6 +173,7 @@ class WindowHistory:
         other = WindowHistory(self.maxlen)
         other._numbers = array("q", self._numbers)
         other._metrics = None if self._metrics is None else list(self._metrics)
+        other.watermark = self.watermark
         return other
 
     def rate(self, inputs_only: bool = False) -> float:

@@ -13,6 +13,7 @@ import collections
 import time
 from typing import Any, Callable, Iterable, Iterator
 
+from stram.common.watermarks import IDLE, MAX_WATERMARK, MIN_WATERMARK
 from stram.master.core.books import Books
 from stram.master.core.deploy import heartbeat_interval_millis
 from stram.master.core.history import (CPU_NANOS, END_MILLIS, METRICS, TUPLES_IN, TUPLES_OUT, WINDOW_ID,
@@ -21,7 +22,7 @@ from stram.master.core.lifecycle import last_line, window_hex
 from stram.master.core.plan import ALIVE, OperatorState
 
 __all__ = ["throughput", "validate_state", "info", "operator_info", "info_head", "operator_copies", "container_rows",
-           "operator_rows", "in_chunks", "COPY_CHUNK", "window_hex", "last_line",
+           "operator_rows", "watermark_view", "in_chunks", "COPY_CHUNK", "window_hex", "last_line",
            "WindowSample", "WindowHistory", "OperatorTotals", "decode_metrics", "port_totals",
            "WINDOW_ID", "TUPLES_IN", "TUPLES_OUT", "END_MILLIS", "CPU_NANOS", "METRICS"]
 
@@ -150,19 +151,39 @@ def info_head(books: Books, brief: bool = False) -> dict[str, Any]:
     }
 
 
+#: :func:`watermark_view` of an operator without event time.
+NO_WATERMARK = (None, None)
+
+
+def watermark_view(watermark: int | None, now: int) -> tuple[int | str | None, int | None]:
+    """An operator's watermark as the operators page shows it, and its lag behind ``now`` (wall-clock
+    millis): (epoch millis, now minus it); ("idle", None) or ("end", None) for an idle input and
+    the end of input; (None, None) for no watermark (no event time, or none seen yet)."""
+    if watermark is None or watermark == MIN_WATERMARK:
+        return NO_WATERMARK
+    if watermark == IDLE:
+        return "idle", None
+    if watermark == MAX_WATERMARK:
+        return "end", None
+    return watermark, now - watermark
+
+
 def operator_copies(books: Books, ops: Iterable[Any] | None = None) -> list[tuple]:
     """What the operators page needs of ``ops`` (default: every operator), copied (quick: the
     caller holds the master's lock; :func:`operator_rows` builds the page from it without).
     Of the windows only what the page shows (:meth:`WindowHistory.summary`): a copy of each
-    operator's windows was half the time the page held the lock."""
+    operator's windows was half the time the page held the lock. The watermark's lag is as of
+    this call."""
     empty = (0, 0, 0, 0)
     blocked, history, totals = books.blocked, books.window_history, books.totals
+    now = int(time.time() * 1000)
     rows = []
     for op in (books.plan.operators.values() if ops is None else ops):
         h, t = history.get(op.id), totals.get(op.id)
         rows.append((op, op.state.value, op.current_window, op.recovery_checkpoint, op.container, op.restarts,
                      op.last_error, bool(op.inputs), op.id in blocked, h.summary() if h is not None else None,
-                     (t.tuples_in, t.tuples_out, t.windows, t.cpu_nanos) if t is not None else empty))
+                     (t.tuples_in, t.tuples_out, t.windows, t.cpu_nanos) if t is not None else empty,
+                     NO_WATERMARK if h is None or h.watermark is None else watermark_view(h.watermark, now)))
     return rows
 
 
@@ -182,7 +203,8 @@ def operator_rows(copies: list[tuple]) -> list[dict[str, Any]]:
     """The rows of the operators page, from :func:`operator_copies`."""
     rows = []
     append = rows.append
-    for op, state, current, recovery, container, restarts, error, has_inputs, blocked, windows, totals in copies:
+    for (op, state, current, recovery, container, restarts, error, has_inputs, blocked, windows, totals,
+         (watermark, lag)) in copies:
         tuples_in, tuples_out, count, cpu_nanos = totals
         throughput, last_in, last_out, metrics = windows if windows is not None else (0.0, 0, 0, None)
         kind = op.kind
@@ -198,5 +220,6 @@ def operator_rows(copies: list[tuple]) -> list[dict[str, Any]]:
                 "tuples_processed_total": tuples_in if has_inputs else tuples_out,
                 "windows_total": count, "cpu_seconds_total": cpu_nanos / 1e9,
                 "metrics": metrics or {},
+                "watermark": watermark, "watermark_lag_millis": lag,
                 "restarts": restarts, "last_error": last_line(error) if error else ""})
     return rows

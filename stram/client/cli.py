@@ -8,6 +8,7 @@ prints one JSON document on stdout.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import secrets
@@ -162,10 +163,30 @@ def list_containers(args: argparse.Namespace) -> int:
     return 0
 
 
+def watermark_text(watermark: Any, lag: Any) -> tuple[str, str]:
+    """An operators page row's watermark for people: (its UTC time, its lag in seconds);
+    "idle"/"end" as they are, "" for none."""
+    if watermark is None or isinstance(watermark, str):
+        return watermark or "", ""
+    try:
+        when = datetime.datetime.fromtimestamp(watermark / 1000, datetime.timezone.utc)
+    except (OverflowError, OSError, ValueError):  # beyond the calendar: the milliseconds
+        return str(watermark), "" if lag is None else f"{lag / 1000:.1f}s"
+    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z", \
+        "" if lag is None else f"{lag / 1000:.1f}s"
+
+
 def list_operators(args: argparse.Namespace) -> int:
     rows = admin(find_app(args.app), "operators")["operators"]
-    _emit(rows, args.json, lambda r: _table(
-        r, ["id", "label", "kind", "state", "container", "tuples_per_sec", "restarts"]))
+
+    def human(rows: list[dict[str, Any]]) -> str:
+        shown = []
+        for r in rows:
+            when, lag = watermark_text(r.get("watermark"), r.get("watermark_lag_millis"))
+            shown.append({**r, "watermark": when, "watermark_lag": lag})
+        return _table(shown, ["id", "label", "kind", "state", "container", "tuples_per_sec", "watermark",
+                              "watermark_lag", "restarts"])
+    _emit(rows, args.json, human)
     return 0
 
 

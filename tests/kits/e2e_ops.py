@@ -6,6 +6,7 @@ import json
 import os
 import time
 
+from stram.common.watermarks import MAX_WATERMARK
 from stram.connectors.kafka import KafkaInput
 from stram.operator import FatalError, InputOperator, InputPort, Operator, OutputPort, ShutdownException
 from stram.operators.io import JsonLinesOutput, LineReader
@@ -275,3 +276,61 @@ class SlowArrowDigest(ArrowDigest):
     def process_input(self, batch) -> None:  # noqa: A002
         time.sleep(self.seconds)
         super().process_input(batch)
+
+
+class EventTimeSource(InputOperator):
+    """Emits ``total`` dicts ``{"i": i, "ts": origin_ms + i * step_ms}``, ``per_window`` a window, and
+    each window declares the watermark max ts - ``bound_ms`` (none before its first record). With
+    ``release_file``, it holds after ``hold_after`` records until that file exists. At the end of
+    its input it declares the end (MAX_WATERMARK) and stays alive, idle."""
+
+    output = OutputPort()
+    total: int = 60
+    per_window: int = 3
+    origin_ms: int = 0
+    step_ms: int = 1000
+    bound_ms: int = 0
+    hold_after: int = 0
+    release_file: str = ""
+    transient = ("_context", "_left")
+
+    def __init__(self) -> None:
+        self.emitted = 0
+        self._context = None
+        self._left = 0
+
+    def setup(self, context) -> None:
+        self._context = context
+
+    def begin_window(self, window_id: int) -> None:
+        self._left = self.per_window
+
+    def emit_tuples(self) -> None:
+        limit = self.total
+        if self.release_file and not os.path.exists(self.release_file):
+            limit = min(limit, self.hold_after)
+        n = min(self._left, limit - self.emitted)
+        if n > 0:
+            self.output.emit_batch([{"i": i, "ts": self.origin_ms + i * self.step_ms}
+                                    for i in range(self.emitted, self.emitted + n)])
+            self.emitted += n
+            self._left -= n
+        else:
+            time.sleep(0.01)
+        if self.emitted >= self.total:
+            self._context.emit_watermark(MAX_WATERMARK)
+        elif self.emitted:
+            self._context.emit_watermark(self.origin_ms + (self.emitted - 1) * self.step_ms - self.bound_ms)
+
+
+class PassThrough(Operator):
+    """Emits every tuple it takes in, unchanged (a batch at a time)."""
+
+    input = InputPort()
+    output = OutputPort()
+
+    def process_input(self, tuple) -> None:  # noqa: A002 - the API's name
+        self.output.emit(tuple)
+
+    def process_input_batch(self, tuples) -> None:
+        self.output.emit_batch(tuples)

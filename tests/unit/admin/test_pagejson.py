@@ -9,8 +9,9 @@ from types import SimpleNamespace
 import orjson
 import pytest
 
+from stram.common.watermarks import IDLE, MAX_WATERMARK, MIN_WATERMARK
 from stram.master.admin.pagejson import OperatorPage
-from stram.master.core.reports import operator_rows
+from stram.master.core.reports import operator_rows, watermark_view
 
 
 def _op(i: int, kind: str = "GENERIC", label: str | None = None) -> SimpleNamespace:
@@ -25,7 +26,9 @@ def _copy(op, rng: random.Random) -> tuple:
     return (op, rng.choice(["ACTIVE", "PENDING_DEPLOY", "FAILED"]), rng.choice([0, (1 << 63) - 1, 7714766736934830088]),
             rng.choice([0, -1, 123]), rng.choice([None, "container_000001", 'odd "id"']), rng.randrange(5), error,
             rng.random() < 0.5, rng.random() < 0.2, windows,
-            (rng.randrange(1 << 50), rng.randrange(1 << 50), rng.randrange(100), rng.choice([0, 450_000, 10**15])))
+            (rng.randrange(1 << 50), rng.randrange(1 << 50), rng.randrange(100), rng.choice([0, 450_000, 10**15])),
+            watermark_view(rng.choice([None, IDLE, MIN_WATERMARK, MAX_WATERMARK, 0, -5, 1_795_472_418_379]),
+                           1_795_472_420_000))
 
 
 def _page(page: OperatorPage, copies: list[tuple]) -> list:

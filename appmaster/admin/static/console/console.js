@@ -97,6 +97,16 @@
     return (d ? d + 'd ' : '') + (d || h ? h + 'h ' : '') + pad(m) + 'm ' + pad(s) + 's';
   }
 
+  // an event-time watermark (epoch ms, "idle", "end" or null) and its lag behind now
+  function fmtWatermark(wm, lag) {
+    if (wm === null || wm === undefined) return '–';
+    if (typeof wm === 'string') return wm;
+    if (!(Math.abs(wm) <= 8.64e15)) return String(wm);  // beyond what a Date holds
+    const when = new Date(wm).toISOString().replace('T', ' ').replace('Z', ' UTC');
+    if (lag === null || lag === undefined) return when;
+    return when + ' (lag ' + (Math.abs(lag) < 60000 ? fmtNumber(lag / 1000, 1) + ' s' : fmtDuration(lag)) + ')';
+  }
+
   function message(text, isError) {
     const node = $('message');
     node.hidden = !text;
@@ -289,7 +299,7 @@
   }
 
   const OP_COLUMNS = ['id', 'label', 'container', 'state', 'num processed-rate', 'num emitted-rate', 'chart',
-                      'num processed-total', 'num latency', 'window current', 'window checkpoint',
+                      'num processed-total', 'num latency', 'watermark', 'window current', 'window checkpoint',
                       'window recovery', 'num failures'];
 
   function drawOperators(rows, windows) {
@@ -313,12 +323,13 @@
       c[6].replaceChildren(sparkline(h));
       setText(c[7], fmtNumber(r.tuples_processed_total));
       setText(c[8], w && w.latency_millis !== null ? fmtNumber(w.latency_millis) : '–');
-      setText(c[9], w ? windowHex(w.current_window_hex) : '–');
-      setText(c[10], w ? windowHex(w.checkpoint_hex) : '–');
-      setText(c[11], w ? windowHex(w.recovery_checkpoint_hex) : '–');
-      setText(c[12], r.restarts);
-      c[12].title = r.last_error || '';
-      c[12].classList.toggle('failed', r.restarts > 0);
+      setText(c[9], fmtWatermark(r.watermark, r.watermark_lag_millis));
+      setText(c[10], w ? windowHex(w.current_window_hex) : '–');
+      setText(c[11], w ? windowHex(w.checkpoint_hex) : '–');
+      setText(c[12], w ? windowHex(w.recovery_checkpoint_hex) : '–');
+      setText(c[13], r.restarts);
+      c[13].title = r.last_error || '';
+      c[13].classList.toggle('failed', r.restarts > 0);
     });
   }
 
