@@ -20,10 +20,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from stram.nexmark import text
-from stram.nexmark.model import (FIRST_AUCTION_ID, FIRST_CATEGORY_ID, FIRST_PERSON_ID, HOT_BLOCK, KINDS,
-                                 NUM_CATEGORIES, SCHEMAS, GeneratorConfig, below, count_kinds, draw, event_keys,
-                                 extra_lengths, kind_codes, last_auction, last_person, pick_auction, pick_person,
-                                 prices, timestamps)
+from stram.nexmark.model import (FIRST_AUCTION_ID, FIRST_CATEGORY_ID, FIRST_PERSON_ID, HOT_BLOCK, KINDS, NUM_CATEGORIES,
+                                 SCHEMAS, GeneratorConfig, below, count_kinds, draw, event_keys, extra_lengths,
+                                 kind_codes, last_auction, last_person, pick_auction, pick_person, prices, timestamps)
 
 US_STATES = ["AZ", "CA", "ID", "OR", "WA", "WY"]
 US_CITIES = ["Phoenix", "Los Angeles", "San Francisco", "Boise", "Portland", "Bend", "Redmond", "Seattle", "Kent",
