@@ -43,8 +43,11 @@ import os
 import sys
 from typing import Callable
 
+import numpy as np
 import orjson
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 #: the queries' windows (ms), as in the suite's SQL
 Q5_SIZE_MS, Q5_SLIDE_MS = 10_000, 2_000
@@ -92,17 +95,29 @@ def winning_bids(t: Frames) -> pd.DataFrame:
     (when the bids have it) bid_extra; q4's rule, q9's tie order."""
     a = t["auction"][[c for c in AUCTION_FIELDS if c in t["auction"].columns]]
     bids = t["bid"]
-    b = pd.DataFrame({"auction": bids["auction"], "bidder": bids["bidder"], "price": bids["price"],
-                      "bid_dateTime": bids["dateTime"], "row": range(len(bids))})
-    m = a[["id", "dateTime", "expires", "reserve"]].merge(b, left_on="id", right_on="auction")
-    m = m[(m["bid_dateTime"] >= m["dateTime"]) & (m["bid_dateTime"] <= m["expires"]) & (m["price"] >= m["reserve"])]
+    # each bid's auction by a sorted-id lookup (a merge would copy every bid with the auction's columns)
+    order = np.argsort(a["id"].to_numpy(), kind="stable")
+    ids = a["id"].to_numpy()[order]
+    wanted = bids["auction"].to_numpy()
+    pos = np.clip(np.searchsorted(ids, wanted), 0, max(len(ids) - 1, 0))
+    found = ids[pos] == wanted if len(ids) else np.zeros(len(wanted), dtype=bool)
+    at = order[pos]
+    price, when = bids["price"].to_numpy(), bids["dateTime"].to_numpy()
+    ok = found & (when >= a["dateTime"].to_numpy()[at]) & (when <= a["expires"].to_numpy()[at]) \
+        & (price >= a["reserve"].to_numpy()[at])
+    rows = np.flatnonzero(ok)
+    m = pd.DataFrame({"id": wanted[rows], "auction": wanted[rows], "bidder": bids["bidder"].to_numpy()[rows],
+                      "price": price[rows], "bid_dateTime": when[rows], "row": rows})
     m = m[m["price"] == m.groupby("id")["price"].transform("max")]      # few rows left: the top price's bids
     keys = ["id", "price", "bid_dateTime", "bidder"]
-    if "extra" in bids.columns:
-        m = m.assign(bid_extra=bids["extra"].to_numpy()[m["row"].to_numpy()])
+    extra = bids["extra"] if "extra" in bids.columns else t.get("bid_extra")   # the latter: an Arrow column
+    if extra is not None:
+        rows = m["row"].to_numpy()
+        m = m.assign(bid_extra=extra.to_numpy()[rows] if isinstance(extra, pd.Series)
+                     else extra.take(pa.array(rows, type=pa.int64())).to_pylist())
         keys.append("bid_extra")
     m = m.sort_values(keys, ascending=[True, False, True, True, True][:len(keys)], kind="stable")
-    m = m.drop_duplicates("id", keep="first").drop(columns=["dateTime", "expires", "reserve", "row"])
+    m = m.drop_duplicates("id", keep="first").drop(columns=["row"])
     return a.merge(m, on="id")
 
 
@@ -179,18 +194,23 @@ NEEDS = {"q0": _BID_Q0, "q1": _BID_Q0, "q2": {"bid": ["auction", "price"]},
          "q4": {"auction": ["id", "reserve", "dateTime", "expires", "category"],
                "bid": ["auction", "bidder", "price", "dateTime"]}, "q5": {"bid": ["auction", "dateTime"]},
          "q7": _BID_Q0, "q8": {"person": ["id", "name", "dateTime"], "auction": ["seller", "dateTime"]},
-         "q9": {"auction": AUCTION_FIELDS, "bid": BID_OUT}, "q11": {"bid": ["bidder", "dateTime"]}}
+         "q9": {"auction": AUCTION_FIELDS, "bid": ["auction", "bidder", "price", "dateTime"], "bid_extra": ["extra"]},
+         "q11": {"bid": ["bidder", "dateTime"]}}
 #: rows converted to records at a time when writing JSON lines
 WRITE_ROWS = 100_000
 
 
 def load(data_dir: str, columns: dict[str, list[str] | None] | None = None) -> Frames:
-    """The data set's tables as DataFrames (``columns``: kind -> columns to read, None for all)."""
+    """The data set's tables as DataFrames (``columns``: kind -> columns to read, None for all; the pseudo
+    kind "bid_extra" reads the bids' extra column as an Arrow array)."""
     if not os.path.isdir(data_dir):
         raise FileNotFoundError(f"no data set directory {data_dir}")
     columns = columns or {"person": None, "auction": None, "bid": None}
     frames = {}
     for kind, cols in columns.items():
+        if kind == "bid_extra":     # the bids' padding as one Arrow column: q9 takes a few of its rows
+            frames[kind] = pq.read_table(os.path.join(data_dir, "bid.parquet"), columns=cols).column(0)
+            continue
         path = os.path.join(data_dir, f"{kind}.parquet")
         if not os.path.exists(path):
             raise FileNotFoundError(f"{path} is missing (make the data set with 'python -m stram.nexmark generate')")
