@@ -196,6 +196,7 @@ NEEDS = {"q0": _BID_Q0, "q1": _BID_Q0, "q2": {"bid": ["auction", "price"]},
          "q7": _BID_Q0, "q8": {"person": ["id", "name", "dateTime"], "auction": ["seller", "dateTime"]},
          "q9": {"auction": AUCTION_FIELDS, "bid": ["auction", "bidder", "price", "dateTime"], "bid_extra": ["extra"]},
          "q11": {"bid": ["bidder", "dateTime"]}}
+_ARROW_STRINGS = {pa.string(): pd.ArrowDtype(pa.string())}
 #: rows converted to records at a time when writing JSON lines
 WRITE_ROWS = 100_000
 
@@ -214,7 +215,8 @@ def load(data_dir: str, columns: dict[str, list[str] | None] | None = None) -> F
         path = os.path.join(data_dir, f"{kind}.parquet")
         if not os.path.exists(path):
             raise FileNotFoundError(f"{path} is missing (make the data set with 'python -m stram.nexmark generate')")
-        frames[kind] = pd.read_parquet(path, columns=cols)
+        # strings stay in Arrow memory (Python str objects would take several times the space)
+        frames[kind] = pq.read_table(path, columns=cols).to_pandas(types_mapper=_ARROW_STRINGS.get)
     return frames
 
 
