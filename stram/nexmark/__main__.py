@@ -47,7 +47,7 @@ def parser() -> argparse.ArgumentParser:
                          description="Generate NEXMark events 0 .. N-1 by the suite's rules into DIR: "
                                      "person.parquet, auction.parquet, bid.parquet (dateTime/expires in epoch ms) "
                                      "and meta.json. The same seed and options give the same data.")
-    gen.add_argument("--events", type=_count, required=True, help="number of events (1 person : 3 auctions : 46 "
+    gen.add_argument("--events", type=_count, required=True, metavar="N", help="number of events (1 person : 3 auctions : 46 "
                      "bids per 50); 1e7 style accepted")
     gen.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     gen.add_argument("--out", required=True, metavar="DIR", help="output directory (must be absent or empty)")

@@ -219,9 +219,13 @@ def write_dataset(out_dir: str, events: int, cfg: GeneratorConfig, *, force: boo
                 progress(end, events)
         for kind in KINDS:
             flush(kind, True)
-    finally:
-        for writer in writers.values():
-            writer.close()
+    except BaseException:
+        for kind in KINDS:
+            writers[kind].close()
+            os.remove(tmp[kind])
+        raise
+    for writer in writers.values():
+        writer.close()
     for kind in KINDS:
         os.replace(tmp[kind], os.path.join(out_dir, f"{kind}.parquet"))
     last = timestamps(cfg, np.array([max(events - 1, 0)]))[0]

@@ -230,3 +230,12 @@ def test_bad_config_is_refused():
         GeneratorConfig(first_event_rate=0)
     with pytest.raises(SystemExit):
         main(["generate", "--events", "-5", "--out", "/nonexistent/x"])
+
+
+def test_an_interrupted_write_leaves_no_files(tmp_path):
+    def interrupt(done, total):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        generator.write_dataset(str(tmp_path / "d"), 2000, GeneratorConfig(), progress=interrupt, batch_events=500)
+    assert list((tmp_path / "d").iterdir()) == []
