@@ -25,7 +25,7 @@ __all__ = ["DirectoryInput", "LineChunks", "owns_file"]
 
 log = logging.getLogger("stram.operators.files")
 
-#: Malformed lines logged one by one per file; past it, one line at the end of the file says how many more.
+#: Malformed lines logged one by one; past it, only the 16th, 32nd, 64th, ... (as JsonLinesReader does).
 LOG_MALFORMED = 10
 FORMATS = ("lines", "jsonl")
 
@@ -135,11 +135,9 @@ class DirectoryInput(InputOperator):
         self.line = 0
         #: Files partly read by other partitions before a repartition: name -> (offset, line).
         self.resume: dict[str, tuple[int, int]] = {}
-        #: Highest event time seen (None: none yet); malformed lines skipped and records emitted
-        #: without a timestamp, in all.
+        #: Highest event time seen (None: none yet) and malformed lines skipped, in all.
         self.max_ts: Optional[int] = None
         self.malformed = 0
-        self.untimed = 0
         self._context: Optional[OperatorContext] = None
         self._reader: Optional[LineChunks] = None
         self._queue: list[str] = []
@@ -212,8 +210,6 @@ class DirectoryInput(InputOperator):
         context = self._context
         if self.malformed:
             context.set_metric("malformed", self.malformed)
-        if self.untimed:
-            context.set_metric("untimed", self.untimed)
         if self.timestamp_field is None or self._ended:
             return  # no event time, or MAX_WATERMARK went out
         if self.idle_timeout_ms is not None and \
@@ -244,7 +240,6 @@ class DirectoryInput(InputOperator):
         name = self._queue.pop(0)
         self.current = name
         self.offset, self.line = self.resume.pop(name, (0, 0))
-        self._logged = 0
         self._last_file = time.monotonic()
         return True
 
@@ -276,9 +271,6 @@ class DirectoryInput(InputOperator):
             self.current, self.offset, self.line = None, 0, 0
 
     def _finish_file(self) -> None:
-        if self._logged > LOG_MALFORMED:
-            self._warn(f"DirectoryInput {self._context.name}: {self._logged - LOG_MALFORMED} more bad "
-                       f"lines in {fs.join(self.path, self.current)}")
         self._close()
         self.finished.add(self.current)
         self.current, self.offset, self.line = None, 0, 0
@@ -309,27 +301,25 @@ class DirectoryInput(InputOperator):
                 continue
             if field is not None:
                 ts = rec.get(field)
-                if type(ts) is int or type(ts) is float:
-                    if top is None or ts > top:
-                        top = int(ts)
-                else:
-                    self.untimed += 1
-                    self._note(number, f"no number in the timestamp field {field!r}: emitted, but not "
-                                       f"counted in the watermark")
+                if type(ts) is not int:
+                    if type(ts) is not float:
+                        self._malformed(number, f"no number in the timestamp field {field!r}")
+                        continue
+                    ts = int(ts)
+                if top is None or ts > top:
+                    top = ts
             append(rec)
         self.max_ts = top
         return out
 
     def _malformed(self, number: int, why: str) -> None:
+        """Count a skipped line; log it with its file and number (the first few, then fewer and fewer)."""
         self.malformed += 1
-        self._note(number, why + "; skipped")
-
-    def _note(self, number: int, why: str) -> None:
-        """Log a bad line with its file and number (the first few of each file)."""
         self._logged += 1
-        if self._logged <= LOG_MALFORMED:
+        n = self._logged
+        if n <= LOG_MALFORMED or n & (n - 1) == 0:
             self._warn(f"DirectoryInput {self._context.name}: {fs.join(self.path, self.current)} line "
-                       f"{number}: {why}")
+                       f"{number}: {why}; skipped ({n} malformed lines so far)")
 
     def _warn(self, msg: str) -> None:
         log.warning("%s", msg)
@@ -343,7 +333,7 @@ class DirectoryInput(InputOperator):
         finished: set[str] = set()
         partial: dict[str, tuple[int, int]] = {}
         highs = []
-        malformed = untimed = 0
+        malformed = 0
         for state in states:
             finished |= state.get("finished", set())
             partial.update(state.get("resume", {}))
@@ -352,7 +342,6 @@ class DirectoryInput(InputOperator):
             if state.get("max_ts") is not None:
                 highs.append(state["max_ts"])
             malformed += state.get("malformed", 0)
-            untimed += state.get("untimed", 0)
         out = []
         for index in range(count):
             out.append({"finished": {n for n in finished if owns_file(n, index, count)},
@@ -360,5 +349,5 @@ class DirectoryInput(InputOperator):
                         "resume": {n: v for n, v in partial.items() if owns_file(n, index, count)},
                         # the lowest: no partition declares more than the old ones all had
                         "max_ts": min(highs) if highs else None,
-                        "malformed": malformed if index == 0 else 0, "untimed": untimed if index == 0 else 0})
+                        "malformed": malformed if index == 0 else 0})
         return out
