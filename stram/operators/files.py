@@ -9,6 +9,7 @@ checkpoint never reads a file twice and never skips one.
 
 from __future__ import annotations
 
+import collections
 import fnmatch
 import logging
 import time
@@ -103,9 +104,9 @@ class DirectoryInput(InputOperator):
 
     Files whose name starts with ``.`` or ``_`` are skipped (write under such a
     name, then rename), and so are names ``pattern`` (fnmatch) does not match.
-    Partition i of N reads the files whose name hashes to i (mod N). A malformed
-    JSON line is logged with its file and line number, counted (metric
-    ``malformed``) and skipped. With ``timestamp_field`` the watermark is the
+    Partition i of N reads the files whose name hashes to i (mod N). A JSON line
+    that is no object (or lacks a numeric ``timestamp_field``) is logged with its
+    file and line number, counted (metric ``malformed``) and skipped. With ``timestamp_field`` the watermark is the
     highest event time seen minus ``out_of_orderness_ms``. ``end_when_idle_ms``
     ends the stream once no new file came for that long (default: never).
     """
@@ -140,7 +141,7 @@ class DirectoryInput(InputOperator):
         self.malformed = 0
         self._context: Optional[OperatorContext] = None
         self._reader: Optional[LineChunks] = None
-        self._queue: list[str] = []
+        self._queue: collections.deque[str] = collections.deque()
         self._next_scan = 0.0
         self._last_file = 0.0
         self._last_record = 0.0
@@ -164,9 +165,12 @@ class DirectoryInput(InputOperator):
         for name, ok, rule in checks:
             if not ok:
                 raise FatalError(f"{where}: property {name!r} must be {rule}, got {getattr(self, name)!r}")
-        if fs.file_type(self.path) == "file":
+        kind = fs.file_type(self.path)
+        if kind == "file":
             raise FatalError(f"{where}: path {self.path} is a file, not a directory to watch")
         self._context = context
+        if kind == "missing":
+            self._warn(f"{where}: the directory {self.path} does not exist (yet); watching for it")
         now = time.monotonic()
         self._next_scan = 0.0
         self._last_file = self._last_record = now
@@ -229,7 +233,7 @@ class DirectoryInput(InputOperator):
             if now < self._next_scan:
                 return False
             self._next_scan = now + self.scan_interval_ms / 1000
-            self._queue = self._scan()
+            self._queue = collections.deque(self._scan())
             if not self._queue:
                 if self.end_when_idle_ms is not None and (now - self._last_file) * 1000 >= self.end_when_idle_ms:
                     self._context.emit_watermark(MAX_WATERMARK)
@@ -237,7 +241,7 @@ class DirectoryInput(InputOperator):
                     raise ShutdownException(f"DirectoryInput: no new file in {self.path} for "
                                             f"{self.end_when_idle_ms} ms")
                 return False
-        name = self._queue.pop(0)
+        name = self._queue.popleft()
         self.current = name
         self.offset, self.line = self.resume.pop(name, (0, 0))
         self._last_file = time.monotonic()

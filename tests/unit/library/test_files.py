@@ -263,3 +263,13 @@ def test_line_chunks_offsets_match_the_bytes(tmp_path):
             assert data[offset:].split(b"\n") == lines[n:] or (offset == len(data) and n == len(lines))
     finally:
         LineChunks.CHUNK = old
+
+
+def test_a_directory_that_does_not_exist_yet_is_watched_for(tmp_path):
+    where = tmp_path / "later"
+    h = Harness(directory_input(where))
+    assert "does not exist (yet)" in h.logs[0]
+    assert h.window_of() == []
+    where.mkdir()
+    write(where, "a", ["x"])
+    assert h.window_of() == ["x"]
