@@ -15,7 +15,6 @@ from stram.common.watermarks import IDLE, MAX_WATERMARK
 from stram.operator import (FatalError, InputOperator, InputPort, Operator, OperatorContext, OutputPort,
                             ShutdownException)
 
-
 log = logging.getLogger("stram.operators.io")
 
 
