@@ -164,6 +164,8 @@ def blocked_to_restart(books: Books, now: int) -> Iterator[PTOperator]:
         books.blocked.difference_update(waits)
         waits.clear()
     for op_id, wait in list(waits.items()):
+        if op_id not in waits:
+            continue  # the restart of an earlier one's container redeployed it (and forgot its wait)
         op = books.plan.operators.get(op_id)
         if op is None or op_id not in books.blocked or op.state != OperatorState.ACTIVE \
                 or op.container != wait.container:

@@ -116,6 +116,23 @@ def test_blocked_operator_whose_container_does_not_answer_is_restarted_after_thr
     assert "its container sent no stack within 3000 ms" in state.plan.operators[ids["out"]].last_error
 
 
+def test_two_blocked_operators_where_restarting_one_redeploys_the_other():
+    """src and out block at once; restarting src's container redeploys out downstream, which drops
+    out's awaited stack while the restarts are being handed out (it raised KeyError there)."""
+    state, ids = started()
+    base = state.initial_window
+    report(state, ids["src"], base + 1, T0)
+    report(state, ids["out"], base + 1, T0)
+    assert state.tick(T0 + 2_100) == [] and state.blocked == {ids["src"], ids["out"]}
+    for t in (3_000, 4_000, 5_000):  # no stacks come
+        report(state, ids["src"], base + 1, T0 + t)
+        report(state, ids["out"], base + 1, T0 + t)
+    instructions = state.tick(T0 + 2_100 + 3_000)
+    assert any(isinstance(i, KillContainer) for i in instructions)
+    assert state.plan.operators[ids["src"]].restarts == 1
+    state.validate_state()
+
+
 def test_an_operator_that_moves_on_while_its_stack_is_awaited_is_not_restarted():
     state, ids = started()
     base = state.initial_window
