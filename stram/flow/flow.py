@@ -83,6 +83,32 @@ class Flow:
         return self._source("read_jsonl", "stram.operators.io:JsonLinesReader", props, name, partitions,
                             timestamp_field)
 
+    def read_parquet(self, path: str, timestamp_field: str | None = None, out_of_orderness_ms: int = 0,
+                     columns: list[str] | None = None, records_per_window: int | None = None,
+                     batch_rows: int | None = None, arrow: bool = False, partitions: int = 1, *,
+                     name: Any = None) -> Stream:
+        """The rows of a Parquet file as dicts (``stram.operators.parquet:ParquetInput``), only ``columns``
+        if given; with ``arrow=True`` as ``pyarrow.RecordBatch`` objects of ``batch_rows`` rows instead (an
+        Arrow stream). ``timestamp_field`` and ``out_of_orderness_ms`` as for :meth:`read_jsonl`; partition
+        ``i`` of ``partitions`` reads stripes ``i``, ``i + partitions``, ... of ``batch_rows`` rows."""
+        props: dict[str, Any] = {"path": path}
+        if timestamp_field is not None:
+            props["timestamp_field"] = timestamp_field
+        if out_of_orderness_ms:
+            props["out_of_orderness_ms"] = out_of_orderness_ms
+        if columns is not None:
+            if not isinstance(columns, (list, tuple)) or not all(isinstance(c, str) for c in columns):
+                raise FlowError(f"read_parquet: columns takes a list of column names, got {columns!r:.80}")
+            props["columns"] = list(columns)
+        if records_per_window is not None:
+            props["records_per_window"] = records_per_window
+        if batch_rows is not None:
+            props["batch_rows"] = batch_rows
+        if arrow:
+            props["arrow"] = True
+        return self._source("read_parquet", "stram.operators.parquet:ParquetInput", props, name, partitions,
+                            timestamp_field, outputs=("output", "batches"), port="batches" if arrow else "output")
+
     def read_lines(self, path: str, lines_per_window: int | None = None, *, name: Any = None) -> Stream:
         """Each line of a file, without its newline (``stram.operators.io:LineReader``)."""
         props: dict[str, Any] = {"path": path}

@@ -1,4 +1,9 @@
-"""Parquet output: dict records into Parquet files, optionally in Hive-style partition directories.
+"""Parquet input and output: a Parquet file as records (or Arrow batches), and dict records into Parquet
+files, optionally in Hive-style partition directories.
+
+:class:`ParquetInput` reads one file (local or a ``pyarrow.fs`` URI) a batch of rows at a time and emits
+them as dicts (``RecordBatch.to_pylist``), or as ``pyarrow.RecordBatch`` objects on its Arrow port; its
+state is a row offset, so a restart resumes exactly after the last row it emitted.
 
 :class:`ParquetOutput` buffers records and writes them a *range* of windows at
 a time, so files are not tiny: at every checkpoint (and sooner when
@@ -20,9 +25,11 @@ import urllib.parse
 from typing import Any, Optional
 
 from stram.common import destinations, fs, space
-from stram.operator import FatalError, InputPort, Operator, OperatorContext
+from stram.common.watermarks import MAX_WATERMARK
+from stram.operator import (FatalError, InputOperator, InputPort, Operator, OperatorContext, OutputPort,
+                            ShutdownException)
 
-__all__ = ["ParquetOutput", "to_table", "HIVE_NULL"]
+__all__ = ["ParquetInput", "ParquetOutput", "to_table", "HIVE_NULL"]
 
 log = logging.getLogger("stram.operators.parquet")
 
@@ -69,6 +76,216 @@ def partition_dir(field: str, value: Any) -> str:
     as pyarrow's hive partitioning decodes it)."""
     text = HIVE_NULL if value is None else urllib.parse.quote(str(value), safe="")
     return f"{field}={text}"
+
+
+class ParquetInput(InputOperator):
+    """Emits the rows of a Parquet file (``path``: local or a URI such as ``hdfs://``), then ends.
+
+    Rows go out ``batch_rows`` at a time, as dicts on ``output`` or, with ``arrow: true``, as
+    ``pyarrow.RecordBatch`` objects on ``batches`` (an Arrow stream). ``columns`` limits what is read.
+    With ``timestamp_field`` (an integer column, epoch milliseconds) it is a watermark's origin: at
+    the end of every window it declares the largest timestamp seen minus ``out_of_orderness_ms``, at
+    the end of the file the maximum. Partition ``i`` of ``n`` reads the file's stripes of
+    ``batch_rows`` rows ``i``, ``i + n``, ... (so partitions advance through event time together).
+    A row whose timestamp is null is logged, counted in the ``malformed`` metric and skipped.
+    """
+
+    output = OutputPort()
+    batches = OutputPort(codec="arrow")
+    path: str = ""
+    #: Columns to read, in this order (None: all).
+    columns: Optional[list] = None
+    #: Integer column holding a row's event time in epoch milliseconds (None: no event time).
+    timestamp_field: Optional[str] = None
+    #: How far out of order rows may be: the watermark trails the largest timestamp by this.
+    out_of_orderness_ms: int = 0
+    #: Cap on rows per streaming window (None: no cap).
+    records_per_window: Optional[int] = None
+    #: Rows per emitted batch, and the stripe partitions take turns on (keep it when restarting).
+    batch_rows: int = 4096
+    #: Emit pyarrow.RecordBatch objects on ``batches`` instead of dicts on ``output``.
+    arrow: bool = False
+    transient = ("_file", "_batches", "_current", "_left", "_context", "_where", "_part", "_parts", "_starts",
+                 "_ts", "_done")
+
+    def __init__(self) -> None:
+        #: Index (in the file) of the next row to emit or skip: every row of this partition before it went out.
+        self.offset = 0
+        #: Largest event time emitted.
+        self.max_timestamp: Optional[int] = None
+        #: Rows dropped for a null timestamp.
+        self.malformed = 0
+        self._file: Any = None
+        self._batches: Any = None
+        self._current: Any = None   # (first row index, RecordBatch) being emitted
+        self._left: Optional[int] = None
+        self._context: Optional[OperatorContext] = None
+        self._where = "ParquetInput"
+        self._part, self._parts = 0, 1
+        self._starts: list[int] = []
+        self._ts = -1
+        self._done = False
+
+    def setup(self, context: OperatorContext) -> None:
+        import pyarrow.parquet as pq
+        self._where = where = f"ParquetInput {context.name}"
+        self._context = context
+        self._part, self._parts = context.partition_index, max(context.partition_count, 1)
+        if not self.path:
+            raise FatalError(f"{where} needs the property 'path' (a Parquet file)")
+        for prop in ("batch_rows", "records_per_window"):
+            value = getattr(self, prop)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise FatalError(f"{where}: property {prop!r} must be an integer >= 1, got {value!r}")
+        if isinstance(self.out_of_orderness_ms, bool) or not isinstance(self.out_of_orderness_ms, int) \
+                or self.out_of_orderness_ms < 0:
+            raise FatalError(f"{where}: property 'out_of_orderness_ms' must be an integer >= 0, "
+                             f"got {self.out_of_orderness_ms!r}")
+        kind = fs.file_type(self.path)
+        if kind != "file":
+            raise FatalError(f"{where}: property 'path': {self.path} is "
+                             f"{'missing' if kind == 'missing' else 'a ' + kind + ', not a file'}")
+        filesystem, path = fs.resolve(self.path)
+        try:
+            self._file = pq.ParquetFile(filesystem.open_input_file(path))
+        except Exception as exc:  # noqa: BLE001 - not Parquet: the file will not change on a restart
+            raise FatalError(f"{where}: {self.path} is not a readable Parquet file: {type(exc).__name__}: {exc}") \
+                from None
+        self._check_columns(self._file.schema_arrow)
+        meta = self._file.metadata
+        self._starts = [0]
+        for i in range(meta.num_row_groups):
+            self._starts.append(self._starts[-1] + meta.row_group(i).num_rows)
+
+    def _check_columns(self, schema: Any) -> None:
+        import pyarrow as pa
+        names = schema.names
+        columns = self.columns
+        if columns is not None:
+            if not isinstance(columns, list) or not columns or not all(isinstance(c, str) for c in columns):
+                raise FatalError(f"{self._where}: property 'columns' must be a non-empty list of column names, "
+                                 f"got {columns!r}")
+            unknown = [c for c in columns if c not in names]
+            if unknown:
+                raise FatalError(f"{self._where}: property 'columns': {self.path} has no column "
+                                 f"{', '.join(map(repr, unknown))} (its columns: {', '.join(names)})")
+            names = columns
+        field = self.timestamp_field
+        self._ts = -1
+        if field is not None:
+            if field not in names:
+                raise FatalError(f"{self._where}: property 'timestamp_field': {field!r} is not among the columns "
+                                 f"read ({', '.join(names)})")
+            if not pa.types.is_integer(schema.field(field).type):
+                raise FatalError(f"{self._where}: property 'timestamp_field': column {field!r} is "
+                                 f"{schema.field(field).type}, not an integer of epoch milliseconds")
+            self._ts = names.index(field)
+
+    def begin_window(self, window_id: int) -> None:
+        self._left = self.records_per_window
+
+    def emit_tuples(self) -> None:
+        n = self.batch_rows
+        if self._left is not None:
+            n = min(n, self._left)
+            if n <= 0:
+                return
+        chunk = self._next(n)
+        if chunk is None:
+            self._end()
+        if self._left is not None:
+            self._left -= chunk.num_rows
+        if self._ts >= 0:
+            chunk = self._stamp(chunk)
+        if chunk.num_rows:
+            if self.arrow:
+                self.batches.emit(chunk)
+            else:
+                self.output.emit_batch(chunk.to_pylist())
+
+    def _next(self, n: int) -> Any:
+        """Up to ``n`` of this partition's rows from ``offset`` on (a RecordBatch, ``offset`` moved past
+        them); None at the end of the file."""
+        stripe, part, parts = self.batch_rows, self._part, self._parts
+        while True:
+            current = self._current
+            if current is None:
+                current = self._current = self._read()
+                if current is None:
+                    return None
+            first, batch = current
+            end = first + batch.num_rows
+            pos = max(self.offset, first)
+            if pos >= end:
+                self._current = None
+                continue
+            k = pos // stripe
+            if k % parts != part:  # another partition's stripe: on to this partition's next one
+                self.offset = (k + (part - k) % parts) * stripe
+                continue
+            stop = min(end, (k + 1) * stripe, pos + n)
+            self.offset = stop
+            return batch.slice(pos - first, stop - pos)
+
+    def _read(self) -> Any:
+        """The next (first row index, RecordBatch) of the file, from the row group holding ``offset`` on."""
+        if self._batches is None:
+            starts = self._starts
+            group = 0
+            while group + 1 < len(starts) - 1 and starts[group + 1] <= self.offset:
+                group += 1
+            if group >= len(starts) - 1:
+                return None
+            self._batches = (starts[group], self._file.iter_batches(
+                batch_size=self.batch_rows * self._parts, row_groups=range(group, len(starts) - 1),
+                columns=self.columns, use_threads=False))
+        first, batches = self._batches
+        batch = next(batches, None)
+        if batch is None:
+            return None
+        self._batches = (first + batch.num_rows, batches)
+        return first, batch
+
+    def _stamp(self, chunk: Any) -> Any:
+        """The chunk without rows whose timestamp is null; the largest timestamp noted."""
+        import pyarrow.compute as pc
+        column = chunk.column(self._ts)
+        if column.null_count:
+            bad = column.null_count
+            self.malformed += bad
+            if self.malformed == bad:
+                log.warning("%s: skipped %d row(s) with a null %r (further ones are counted in the metric "
+                            "'malformed')", self._where, bad, self.timestamp_field)
+            chunk = chunk.filter(pc.is_valid(column))
+            column = chunk.column(self._ts)
+        if chunk.num_rows:
+            high = pc.max(column).as_py()
+            if self.max_timestamp is None or high > self.max_timestamp:
+                self.max_timestamp = high
+        return chunk
+
+    def end_window(self) -> None:
+        context = self._context
+        if context is None:
+            return
+        if self.malformed:
+            context.set_metric("malformed", self.malformed)
+        if self._ts >= 0 and self.max_timestamp is not None and not self._done:
+            context.emit_watermark(self.max_timestamp - self.out_of_orderness_ms)
+
+    def _end(self) -> None:
+        """End of the file: the watermark goes to the end of time, then the stream ends."""
+        self._done = True
+        if self._context is not None and self._ts >= 0:
+            self._context.emit_watermark(MAX_WATERMARK)
+        raise ShutdownException("end of input")
+
+    def teardown(self) -> None:
+        self._batches = None
+        self._current = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
 
 class ParquetOutput(Operator):
