@@ -69,15 +69,21 @@ def parser() -> argparse.ArgumentParser:
     orc.add_argument("--out", required=True, metavar="FILE", help="output file, JSON lines ('-' for stdout)")
     orc.set_defaults(func=oracle)
 
-    run_p = sub.add_parser("run", help="run a query on stram (not implemented yet)",
-                           description="Run QUERY (q0 .. q11) on stram over a data set; results as JSON lines "
-                                       "under OUTDIR.")
-    run_p.add_argument("query", metavar="QUERY", help="q0 .. q11")
+    from stram.nexmark.queries import QUERIES as ON_STRAM
+    run_p = sub.add_parser("run", help="run a query on stram, locally, to its end",
+                           description="Run QUERY on stram over a data set, launched locally as `stram launch` "
+                                       "does; results as JSON lines under OUTDIR (new or empty), the oracle's "
+                                       "fields. Prints one summary line: events, result rows, wall seconds "
+                                       "(launch to end), events/s.")
+    run_p.add_argument("query", choices=list(ON_STRAM), metavar="QUERY", help="one of " + ", ".join(ON_STRAM))
     run_p.add_argument("--data", required=True, metavar="DIR", help="data set directory (from 'generate')")
     run_p.add_argument("--out", required=True, metavar="OUTDIR", help="output directory for *.jsonl results")
     run_p.add_argument("--partitions", type=_positive, default=1, help="partitions of the query's operators")
     run_p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
-                       help="set a property of the query's application (repeatable)")
+                       help="set an attribute or property of the query's application (repeatable), as "
+                            "`stram launch -D` does")
+    run_p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    run_p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     run_p.set_defaults(func=run)
     return top
 
@@ -113,9 +119,18 @@ def oracle(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run a query on stram: not implemented yet (the queries on stram come later)."""
-    raise SystemExit(f"nexmark run: running {args.query} on stram is not implemented yet; "
-                     "'python -m stram.nexmark oracle' computes the expected answers")
+    import json
+
+    from stram.common.errors import StramError
+    from stram.flow import FlowError
+    from stram.nexmark.runner import format_summary, run_query
+    try:
+        summary = run_query(args.query, args.data, args.out, args.partitions, args.defines,
+                            progress=not (args.quiet or args.json))
+    except (ValueError, OSError, FlowError, StramError) as e:
+        raise SystemExit(f"nexmark run: {e}")
+    print(json.dumps(summary) if args.json else format_summary(summary), flush=True)
+    return 0 if summary["state"] == "SUCCEEDED" else 1
 
 
 def main(argv: list[str] | None = None) -> int:

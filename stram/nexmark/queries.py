@@ -1,0 +1,412 @@
+"""The NEXMark queries on stram, written with the dataflow API (:mod:`stram.flow`) as a user would.
+
+Each ``qN(flow, data_dir, out_dir, partitions)`` adds one query to ``flow``: it reads the data set's
+``person``/``auction``/``bid.parquet`` (event time ``dateTime``; the generator's events are in time
+order, so no out-of-orderness bound) and writes its results as JSON lines under ``out_dir``, with
+the oracle's fields (:mod:`stram.nexmark.oracle` states each query's exact meaning). ``partitions``
+> 1 partitions the sources and the keyed steps. Queries added to one flow with one :class:`Sources`
+share its three sources (one application running several queries).
+
+How each is built:
+
+* q0, q1, q2: a source and, for q1/q2, one step on its Arrow batches (pyarrow compute).
+* q3: category-10 auctions and OR/ID/CA persons, an interval join by seller with bounds wider than
+  any data set (an unwindowed join over bounded input).
+* q9 (and q4): auctions interval-joined with their bids (0 .. the longest auction), filtered to
+  bids by the auction's expiry at or above its reserve, then per auction a fold in a 1 ms window
+  at ``expires`` (all pairs of an auction share that time, so it fires once the watermark passes
+  the expiry) keeping the winner by the oracle's tie rules. q4 folds the winners per category in
+  one window spanning all time: ``sum // count``.
+* q5: a sliding count per auction, then per window (keyed by its start, timed at its end - 1 ms in
+  a tumbling window of the slide) the auctions with the top count.
+* q7: per auction and tumbling window the highest bids, then per window the highest of those.
+* q8: auctions counted per seller in tumbling windows, joined in the same windows with persons.
+* q11: sessions per bidder: the oracle joins bids up to exactly the gap apart, the window operator
+  those closer than its gap, so the gap is 10 s + 1 ms and the reported end 1 ms less.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+from stram.flow import Flow, Stream, windows
+
+__all__ = ["QUERIES", "Sources", "add_query", "q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q9", "q11",
+           "longest_auction_ms"]
+
+# The suite's constants, as the oracle has them (not imported from it: the containers that run these
+# functions then need no pandas); tests/unit/nexmark checks that they agree.
+Q5_SIZE_MS, Q5_SLIDE_MS = 10_000, 2_000
+Q7_SIZE_MS = 10_000
+Q8_SIZE_MS = 10_000
+Q11_GAP_MS = 10_000
+Q2_MODULUS = 123
+Q3_CATEGORY, Q3_STATES = 10, ("OR", "ID", "CA")
+Q1_RATE_NUM, Q1_RATE_DEN = 908, 1000
+BID_OUT = ["auction", "bidder", "price", "dateTime", "extra"]
+AUCTION_FIELDS = ["id", "itemName", "description", "initialBid", "reserve", "dateTime", "expires", "seller",
+                  "category", "extra"]
+
+#: The event-time field of every NEXMark record.
+TIME = "dateTime"
+#: Interval-join bounds wider than any data set's time span: q3's join is not windowed.
+UNBOUNDED_MS = 1 << 50
+#: A tumbling window this long holds all of a data set (windows start at epoch 0): q4's one window.
+ALL_TIME_MS = 1 << 52
+#: Rows per source batch.
+BATCH_ROWS = 4096
+
+
+class Sources:
+    """The three sources of a flow, made on first use. ``shared``: one source per kind reading every
+    column, for several queries in one flow; else each query's source reads only what it needs."""
+
+    def __init__(self, flow: Flow, data_dir: str, partitions: int = 1, shared: bool = False) -> None:
+        self.flow = flow
+        self.data_dir = data_dir
+        self.partitions = partitions
+        self.shared = shared
+        self.made: dict[tuple, Stream] = {}
+        #: Streams several queries derive alike (q4's and q9's winners), by name.
+        self.derived: dict[str, Any] = {}
+
+    def path(self, kind: str) -> str:
+        return os.path.join(self.data_dir, f"{kind}.parquet")
+
+    def read(self, kind: str, columns: list[str], arrow: bool = False) -> Stream:
+        """``kind``'s records (dicts, or Arrow batches) with at least ``columns`` (exactly them unless shared)."""
+        key = (kind, arrow, None if self.shared else tuple(columns))
+        if key not in self.made:
+            name = kind + ("_batches" if arrow else "") + ("" if self.shared or not self.made else f"_{len(self.made)}")
+            self.made[key] = self.flow.read_parquet(
+                self.path(kind), timestamp_field=TIME if TIME in columns or self.shared else None,
+                columns=None if self.shared else list(columns), batch_rows=BATCH_ROWS, arrow=arrow,
+                partitions=self.partitions, name=name)
+        return self.made[key]
+
+
+def _parts(partitions: int) -> int | None:
+    return partitions if partitions > 1 else None
+
+
+def _write(stream: Stream, out_dir: str, partitions: int, name: str) -> None:
+    """Results as JSON lines under ``out_dir``, a writer per partition of the last step (in its thread)."""
+    stream.write_jsonl(out_dir, name=name, partitions=_parts(partitions), locality="THREAD_LOCAL")
+
+
+# ---------------------------------------------------------------- stateless: q0, q1, q2
+
+def q0(flow: Flow, data_dir: str, out_dir: str, partitions: int = 1, sources: Sources | None = None) -> None:
+    """Every bid, as it is."""
+    src = sources or Sources(flow, data_dir, partitions)
+    bids = src.read("bid", BID_OUT)
+    if src.shared:
+        bids = bids.map(_project_bid, name="q0_project", partitions=_parts(partitions), locality="THREAD_LOCAL")
+    _write(bids, out_dir, partitions, "q0_out")
+
+
+def _project_bid(bid: dict) -> dict:
+    return {"auction": bid["auction"], "bidder": bid["bidder"], "price": bid["price"], "dateTime": bid["dateTime"],
+            "extra": bid["extra"]}
+
+
+def q1(flow: Flow, data_dir: str, out_dir: str, partitions: int = 1, sources: Sources | None = None) -> None:
+    """Every bid with its price in euros: price * 908 / 1000 as a double (computed per Arrow batch)."""
+    src = sources or Sources(flow, data_dir, partitions)
+    bids = src.read("bid", BID_OUT, arrow=True)
+    euros = bids.flat_map(_to_euros, name="q1_euros", partitions=_parts(partitions), locality="THREAD_LOCAL")
+    _write(euros, out_dir, partitions, "q1_out")
+
+
+def _to_euros(batch: Any) -> list[dict]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    batch = batch.select(BID_OUT)
+    # the integer product is exact in a double (prices < 2**53 / 908), so one rounding: Python's price * 908 / 1000
+    price = pc.divide(pc.multiply(batch.column("price"), Q1_RATE_NUM).cast(pa.float64()), float(Q1_RATE_DEN))
+    return batch.set_column(BID_OUT.index("price"), "price", price).to_pylist()
+
+
+def q2(flow: Flow, data_dir: str, out_dir: str, partitions: int = 1, sources: Sources | None = None) -> None:
+    """Auction and price of the bids on every 123rd auction (filtered per Arrow batch)."""
+    src = sources or Sources(flow, data_dir, partitions)
+    bids = src.read("bid", ["auction", "price"], arrow=True)
+    picked = bids.flat_map(_selected, name="q2_select", partitions=_parts(partitions), locality="THREAD_LOCAL")
+    _write(picked, out_dir, partitions, "q2_out")
+
+
+def _selected(batch: Any) -> list[dict]:
+    import pyarrow.compute as pc
+    batch = batch.select(["auction", "price"])
+    return batch.filter(pc.equal(pc.modulo(batch.column("auction"), Q2_MODULUS), 0)).to_pylist()
+
+
+# ---------------------------------------------------------------- q3: an unwindowed join
+
+def q3(flow: Flow, data_dir: str, out_dir: str, partitions: int = 1, sources: Sources | None = None) -> None:
+    """Category-10 auctions of sellers in OR, ID or CA: the seller's name, city, state and the auction's id."""
+    src = sources or Sources(flow, data_dir, partitions)
+    p = _parts(partitions)
+    auctions = src.read("auction", ["id", "seller", "category", TIME]) \
+        .filter(_in_category, name="q3_category", partitions=p, locality="THREAD_LOCAL")
+    persons = src.read("person", ["id", "name", "city", "state", TIME]) \
+        .filter(_in_states, name="q3_states", partitions=p, locality="THREAD_LOCAL")
+    pairs = auctions.key_by("seller").interval_join(persons.key_by("id"), -UNBOUNDED_MS, UNBOUNDED_MS, name="q3_join",
+                                                    partitions=p)
+    _write(pairs.map(_q3_row, name="q3_row", partitions=p, locality="THREAD_LOCAL"), out_dir, partitions, "q3_out")
+
+
+def _in_category(auction: dict) -> bool:
+    return auction["category"] == Q3_CATEGORY
+
+
+def _in_states(person: dict) -> bool:
+    return person["state"] in Q3_STATES
+
+
+def _q3_row(pair: dict) -> dict:
+    person = pair["right"]
+    return {"name": person["name"], "city": person["city"], "state": person["state"], "id": pair["left"]["id"]}
+
+
+# ---------------------------------------------------------------- q9 and q4: winning bids
+
+def longest_auction_ms(data_dir: str) -> int:
+    """The longest time an auction of the data set is open (expires - dateTime): q9's join bound."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    table = pq.read_table(os.path.join(data_dir, "auction.parquet"), columns=[TIME, "expires"])
+    if not table.num_rows:
+        return 0
+    return int(pc.max(pc.subtract(table.column("expires"), table.column(TIME))).as_py())
+
+
+def winning_bids(src: Sources, partitions: int, with_extra: bool) -> Stream:
+    """Per auction with a winning bid, ``{"key": id, ..., "value": {"auction": a, "bid": b}}`` (the oracle's
+    rule: auction.dateTime <= bid.dateTime <= expires, price >= reserve; ties by earliest bid, then lowest
+    bidder, then smallest extra)."""
+    name = "winners" if with_extra else "winners_no_extra"
+    if name in src.derived:
+        return src.derived[name]
+    p = _parts(partitions)
+    auction_cols = AUCTION_FIELDS if with_extra else ["id", "reserve", TIME, "expires", "category"]
+    bid_cols = ["auction", "bidder", "price", TIME] + (["extra"] if with_extra else [])
+    auctions = src.read("auction", auction_cols)
+    bids = src.read("bid", bid_cols)
+    tag = "q9" if with_extra else "q4"
+    # a bid pairs with its auction when it comes at or after the auction's start and at most the longest
+    # auction later: every possible winner, and state for no longer than that
+    pairs = auctions.key_by("id").interval_join(bids.key_by("auction"), 0, longest_auction_ms(src.data_dir),
+                                                name=f"{tag}_join", partitions=p)
+    valid = pairs.filter(_can_win, name=f"{tag}_valid", partitions=p, locality="THREAD_LOCAL")
+    winners = valid.key_by("key").window(windows.tumbling(1), timestamp=_expires) \
+        .fold(_no_winner, _better, _best, name=f"{tag}_winner", partitions=p)
+    src.derived[name] = winners
+    return winners
+
+
+def _can_win(pair: dict) -> bool:
+    auction, bid = pair["left"], pair["right"]
+    return bid[TIME] <= auction["expires"] and bid["price"] >= auction["reserve"]
+
+
+def _expires(pair: dict) -> int:
+    return pair["left"]["expires"]
+
+
+def _no_winner() -> None:
+    return None
+
+
+def _rank(pair: dict) -> tuple:
+    bid = pair["right"]
+    return -bid["price"], bid[TIME], bid["bidder"], bid.get("extra", "")
+
+
+def _better(best: dict | None, pair: dict) -> dict:
+    return pair if best is None or _rank(pair) < _rank(best) else best
+
+
+def _best(a: dict | None, b: dict | None) -> dict | None:
+    return a if b is None else _better(a, b)
+
+
+def q9(flow: Flow, data_dir: str, out_dir: str, partitions: int = 1, sources: Sources | None = None) -> None:
+    """Every auction with a winning bid, the auction's fields then the bid's."""
+    src = sources or Sources(flow, data_dir, partitions)
+    rows = winning_bids(src, partitions, True).map(_q9_row, name="q9_row", partitions=_parts(partitions),
+                                                   locality="THREAD_LOCAL")
+    _write(rows, out_dir, partitions, "q9_out")
+
+
+def _q9_row(result: dict) -> dict:
+    auction, bid = result["value"]["left"], result["value"]["right"]
+    row = {f: auction[f] for f in AUCTION_FIELDS}
+    row.update(auction=bid["auction"], bidder=bid["bidder"], price=bid["price"], bid_dateTime=bid[TIME],
+               bid_extra=bid["extra"])
+    return row
+
+
+def q4(flow: Flow, data_dir: str, out_dir: str, partitions: int = 1, sources: Sources | None = None) -> None:
+    """Per category, the integer average of its auctions' winning prices."""
+    src = sources or Sources(flow, data_dir, partitions)
+    winners = winning_bids(src, partitions, bool(src.shared))
+    averages = winners.key_by(_category).window(windows.tumbling(ALL_TIME_MS), timestamp="window_start") \
+        .fold(_zero, _add_price, _sum_pairs, _floor_mean, name="q4_average")
+    _write(averages.map(_q4_row, name="q4_row", locality="THREAD_LOCAL"), out_dir, 1, "q4_out")
+
+
+def _category(result: dict) -> int:
+    return result["value"]["left"]["category"]
+
+
+def _zero() -> list:
+    return [0, 0]
+
+
+def _add_price(acc: list, result: dict) -> list:
+    acc[0] += result["value"]["right"]["price"]
+    acc[1] += 1
+    return acc
+
+
+def _sum_pairs(a: list, b: list) -> list:
+    return [a[0] + b[0], a[1] + b[1]]
+
+
+def _floor_mean(acc: list) -> int:
+    return acc[0] // acc[1]
+
+
+def _q4_row(result: dict) -> dict:
+    return {"id": result["key"], "final": result["value"]}
+
+
+# ---------------------------------------------------------------- windowed: q5, q7, q8, q11
+
+def q5(flow: Flow, data_dir: str, out_dir: str, partitions: int = 1, sources: Sources | None = None) -> None:
+    """Per sliding window (10 s every 2 s), the auctions with the most bids."""
+    src = sources or Sources(flow, data_dir, partitions)
+    p = _parts(partitions)
+    counts = src.read("bid", ["auction", TIME]).key_by("auction") \
+        .window(windows.sliding(Q5_SIZE_MS, Q5_SLIDE_MS)).count(name="q5_count", partitions=p)
+    # per window: its counts come out when the watermark passes its end, stamped 1 ms before it, into
+    # the slide-long window that ends with it, which the same watermark fires
+    hottest = counts.key_by("window_start").window(windows.tumbling(Q5_SLIDE_MS), timestamp=_last_ms) \
+        .fold(_no_top, _add_count, _merge_tops, name="q5_hottest", partitions=p)
+    _write(hottest.flat_map(_q5_rows, name="q5_rows", partitions=p, locality="THREAD_LOCAL"), out_dir, partitions,
+           "q5_out")
+
+
+def _last_ms(result: dict) -> int:
+    return result["window_end"] - 1
+
+
+def _no_top() -> list:
+    return [0, []]
+
+
+def _add_count(top: list, result: dict) -> list:
+    n = result["value"]
+    if n > top[0]:
+        top[0], top[1] = n, [result["key"]]
+    elif n == top[0]:
+        top[1].append(result["key"])
+    return top
+
+
+def _merge_tops(a: list, b: list) -> list:
+    if a[0] != b[0]:
+        return a if a[0] > b[0] else b
+    return [a[0], a[1] + b[1]]
+
+
+def _q5_rows(result: dict) -> list[dict]:
+    num, auctions = result["value"]
+    start = result["key"]
+    return [{"auction": a, "num": num, "window_start": start, "window_end": start + Q5_SIZE_MS} for a in auctions]
+
+
+def q7(flow: Flow, data_dir: str, out_dir: str, partitions: int = 1, sources: Sources | None = None) -> None:
+    """Per tumbling 10 s window, the bids at its highest price."""
+    src = sources or Sources(flow, data_dir, partitions)
+    p = _parts(partitions)
+    per_auction = src.read("bid", BID_OUT).key_by("auction").window(windows.tumbling(Q7_SIZE_MS)) \
+        .fold(_no_top, _add_bid, _merge_tops, name="q7_per_auction", partitions=p)
+    highest = per_auction.key_by("window_start").window(windows.tumbling(Q7_SIZE_MS), timestamp=_last_ms) \
+        .fold(_no_top, _add_top, _merge_tops, name="q7_highest", partitions=p)
+    _write(highest.flat_map(_q7_rows, name="q7_rows", partitions=p, locality="THREAD_LOCAL"), out_dir, partitions,
+           "q7_out")
+
+
+def _add_bid(top: list, bid: dict) -> list:
+    price = bid["price"]
+    if price > top[0]:
+        top[0], top[1] = price, [bid]
+    elif price == top[0]:
+        top[1].append(bid)
+    return top
+
+
+def _add_top(top: list, result: dict) -> list:
+    return _merge_tops(top, result["value"])
+
+
+def _q7_rows(result: dict) -> list[dict]:
+    start, end = result["window_start"], result["window_end"]
+    return [{"auction": b["auction"], "bidder": b["bidder"], "price": b["price"], "dateTime": b[TIME],
+             "extra": b["extra"], "window_start": start, "window_end": end} for b in result["value"][1]]
+
+
+def q8(flow: Flow, data_dir: str, out_dir: str, partitions: int = 1, sources: Sources | None = None) -> None:
+    """Persons who opened an auction in the tumbling 10 s window they were created in."""
+    src = sources or Sources(flow, data_dir, partitions)
+    p = _parts(partitions)
+    window = windows.tumbling(Q8_SIZE_MS)
+    sellers = src.read("auction", ["seller", TIME]).key_by("seller").window(window) \
+        .count(name="q8_sellers", partitions=p)
+    persons = src.read("person", ["id", "name", TIME]).key_by("id")
+    joined = persons.join(sellers.key_by("key"), window, other_timestamp="window_start", name="q8_join", partitions=p)
+    _write(joined.map(_q8_row, name="q8_row", partitions=p, locality="THREAD_LOCAL"), out_dir, partitions, "q8_out")
+
+
+def _q8_row(pair: dict) -> dict:
+    person, start = pair["left"], pair["window_start"]
+    return {"id": person["id"], "name": person["name"], "stime": start, "window_start": start,
+            "window_end": pair["window_end"]}
+
+
+def q11(flow: Flow, data_dir: str, out_dir: str, partitions: int = 1, sources: Sources | None = None) -> None:
+    """Bids per bidder session (bids at most 10 s apart)."""
+    src = sources or Sources(flow, data_dir, partitions)
+    p = _parts(partitions)
+    sessions = src.read("bid", ["bidder", TIME]).key_by("bidder").window(windows.session(Q11_GAP_MS + 1)) \
+        .count(name="q11_sessions", partitions=p)
+    _write(sessions.map(_q11_row, name="q11_row", partitions=p, locality="THREAD_LOCAL"), out_dir, partitions,
+           "q11_out")
+
+
+def _q11_row(session: dict) -> dict:
+    start, end = session["window_start"], session["window_end"] - 1   # the window operator's gap is 1 ms longer
+    return {"bidder": session["key"], "bid_count": session["value"], "starttime": start, "endtime": end,
+            "window_start": start, "window_end": end}
+
+
+QUERIES: dict[str, Callable[..., None]] = {
+    "q0": q0, "q1": q1, "q2": q2, "q3": q3, "q4": q4, "q5": q5, "q7": q7, "q8": q8, "q9": q9, "q11": q11,
+}
+
+
+def add_query(query: str, flow: Flow, data_dir: str, out_dir: str, partitions: int = 1,
+              sources: Sources | None = None) -> None:
+    """Add ``query`` to ``flow`` (its results under ``out_dir``).
+
+    Raises
+    ------
+    ValueError
+        Not one of :data:`QUERIES`.
+    """
+    if query not in QUERIES:
+        raise ValueError(f"unknown query {query!r}; stram runs {', '.join(QUERIES)}")
+    QUERIES[query](flow, data_dir, out_dir, partitions, sources)
