@@ -11,13 +11,15 @@ import argparse
 import datetime
 import json
 import os
+import secrets
 import sys
 import time
 from typing import Any, Callable
 
-from stram.client.commands import admin, app_directory, app_info, format_dag, launch_local, load_spec, logical_dag
+from stram.client.commands import LocalRun, admin, app_directory, app_info, format_dag, load_spec, logical_dag
 from stram.client.follow import follow
-from stram.common.apps import TERMINAL, apps_dir, find_app, local_apps, yarn_configured
+from stram.common import apppath, fs
+from stram.common.apps import TERMINAL, apps_dir, find_app, local_apps, write_pin, write_token, yarn_configured
 from stram.common.errors import StramError, UserError
 
 # ---------------------------------------------------------------- output
@@ -76,14 +78,35 @@ def launch(args: argparse.Namespace) -> int:
             print(yarn.application_spec(spec, args.spec, token=DRY_RUN_TOKEN).to_yaml(), end="")
             return 0
         return yarn.submit(spec, spec_path=args.spec, detach=args.detach, duration=args.duration)
-    run = launch_local(spec, app_directory(args.spec), detach=args.detach)
-    app_id = run.app_id
+    app_id = f"application_{int(time.time() * 1000)}_{secrets.randbelow(10000):04d}"
+    app_path = os.path.join(apps_dir(), app_id)
+    os.makedirs(apps_dir(), exist_ok=True)
+    os.mkdir(app_path, 0o700)  # private: its checkpoints and journal are pickles
+    os.chmod(app_path, 0o700)
+    os.mkdir(os.path.join(app_path, apppath.LOGS), 0o700)
+    fs.keep_private(app_path)
+    fd = os.open(os.path.join(app_path, apppath.SPEC), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(spec.to_yaml())
+    token = secrets.token_hex(16)
+    tls = spec.attribute("TLS")
+    # the master and containers read the token from this 0600 file, never from their environment
+    env = dict(os.environ, STRAM_TOKEN_FILE=write_token(app_id, token), STRAM_HOST="127.0.0.1")
+    write_pin(app_id, bool(tls))  # the local launcher's default is no TLS
+    env.pop("STRAM_TOKEN", None)
+    here = os.getcwd()
+    # an app file's neighbours (modules of operator classes it names) import in the master and containers too
+    paths = [here] + [d for d in [app_directory(args.spec)] if d and d != here]
+    env["PYTHONPATH"] = os.pathsep.join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    from stram.master.process import supervise
+    supervisor = supervise.start(app_id, app_path, env, here, int(spec.attribute("MASTER_ATTEMPTS")),
+                                 detach=args.detach)
     print(f"launched {spec.name} as {app_id}", file=sys.stderr)
-    print(f"  app path: {run.app_path}", file=sys.stderr)
+    print(f"  app path: {app_path}", file=sys.stderr)
     if args.detach:
         print(app_id)
         return 0
-    return follow(run, args.duration)
+    return follow(LocalRun(app_id, supervisor), args.duration)
 
 
 # ---------------------------------------------------------------- other commands

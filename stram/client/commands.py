@@ -17,20 +17,17 @@ detached launch and a followed one alike.
 from __future__ import annotations
 
 import os
-import secrets
 import subprocess
 import time
 from typing import Any, Iterable
 
 from stram.client.adminhttp import request_json
 from stram.client.follow import pause_note, stall_note
-from stram.common import apppath, fs
-from stram.common.apps import (TERMINAL, apps_dir, find_app, pinned_tls, read_certificate, read_token, write_pin,
-                               write_token)
+from stram.common.apps import TERMINAL, find_app, pinned_tls, read_certificate, read_token
 from stram.common.errors import ClusterUnreachable, StramError, UserError
 
 __all__ = ["admin", "app_info", "failure_note", "LocalRun", "load_spec", "is_app_file", "logical_dag", "format_dag",
-           "app_directory", "launch_local"]
+           "app_directory"]
 
 #: Seconds a call waits for a starting master's admin API to come up.
 STARTING_WAIT = 20.0
@@ -155,10 +152,9 @@ class LocalRun:
         The supervisor's process.
     """
 
-    def __init__(self, app_id: str, supervisor: subprocess.Popen, app_path: str = "") -> None:
+    def __init__(self, app_id: str, supervisor: subprocess.Popen) -> None:
         self.app_id = app_id
         self.supervisor = supervisor
-        self.app_path = app_path
 
     def poll(self) -> str | None:
         if self.supervisor.poll() is None:
@@ -207,33 +203,3 @@ class LocalRun:
     def outcome(self) -> tuple[str, str]:
         app = find_app(self.app_id)
         return app.get("state"), app.get("diagnostics") or ""
-
-
-def launch_local(spec: Any, app_dir: str | None = None, detach: bool = False) -> LocalRun:
-    """Launch a validated spec as a local application (what ``stram launch`` does without ``--yarn``): its
-    APP_PATH under the apps directory, its token, and the supervisor that starts its master. ``app_dir``:
-    an app file's directory, importable in the master and the containers as the working directory is."""
-    app_id = f"application_{int(time.time() * 1000)}_{secrets.randbelow(10000):04d}"
-    app_path = os.path.join(apps_dir(), app_id)
-    os.makedirs(apps_dir(), exist_ok=True)
-    os.mkdir(app_path, 0o700)  # private: its checkpoints and journal are pickles
-    os.chmod(app_path, 0o700)
-    os.mkdir(os.path.join(app_path, apppath.LOGS), 0o700)
-    fs.keep_private(app_path)
-    fd = os.open(os.path.join(app_path, apppath.SPEC), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(spec.to_yaml())
-    token = secrets.token_hex(16)
-    tls = spec.attribute("TLS")
-    # the master and containers read the token from this 0600 file, never from their environment
-    env = dict(os.environ, STRAM_TOKEN_FILE=write_token(app_id, token), STRAM_HOST="127.0.0.1")
-    write_pin(app_id, bool(tls))  # the local launcher's default is no TLS
-    env.pop("STRAM_TOKEN", None)
-    here = os.getcwd()
-    # an app file's neighbours (modules of operator classes it names) import in the master and containers too
-    paths = [here] + [d for d in [app_dir] if d and d != here]
-    env["PYTHONPATH"] = os.pathsep.join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    from stram.master.process import supervise
-    supervisor = supervise.start(app_id, app_path, env, here, int(spec.attribute("MASTER_ATTEMPTS")),
-                                 detach=detach)
-    return LocalRun(app_id, supervisor, app_path)
