@@ -59,31 +59,56 @@ BATCH_ROWS = 4096
 
 
 class Sources:
-    """The three sources of a flow, made on first use. ``shared``: one source per kind reading every
-    column, for several queries in one flow; else each query's source reads only what it needs."""
+    """The three sources of a flow, made on first use. ``shared``: one source per kind (reading every
+    column) for several queries in one flow, else one per query reading only what it needs.
+
+    A source's output stream is partitioned by one key for all its readers (the first partitioned
+    reader's), so shared sources are shared only by readers keyed alike (``by``: the field a reader
+    partitions by, None for a stateless one, which takes any).
+    """
 
     def __init__(self, flow: Flow, data_dir: str, partitions: int = 1, shared: bool = False) -> None:
         self.flow = flow
         self.data_dir = data_dir
         self.partitions = partitions
         self.shared = shared
-        self.made: dict[tuple, Stream] = {}
+        #: (kind, arrow) -> [[key field or None, stream], ...] (shared); (kind, arrow, columns) -> stream.
+        self.made: dict[tuple, Any] = {}
         #: Streams several queries derive alike (q4's and q9's winners), by name.
         self.derived: dict[str, Any] = {}
+
+    def locality(self) -> str | None:
+        """The locality of a stateless step reading a dict source: in its thread, unless the source is
+        shared (a stream has one locality for all its readers, and keyed readers must not get it)."""
+        return None if self.shared else "THREAD_LOCAL"
 
     def path(self, kind: str) -> str:
         return os.path.join(self.data_dir, f"{kind}.parquet")
 
-    def read(self, kind: str, columns: list[str], arrow: bool = False) -> Stream:
-        """``kind``'s records (dicts, or Arrow batches) with at least ``columns`` (exactly them unless shared)."""
-        key = (kind, arrow, None if self.shared else tuple(columns))
-        if key not in self.made:
-            name = kind + ("_batches" if arrow else "") + ("" if self.shared or not self.made else f"_{len(self.made)}")
-            self.made[key] = self.flow.read_parquet(
-                self.path(kind), timestamp_field=TIME if TIME in columns or self.shared else None,
-                columns=None if self.shared else list(columns), batch_rows=BATCH_ROWS, arrow=arrow,
-                partitions=self.partitions, name=name)
-        return self.made[key]
+    def read(self, kind: str, columns: list[str], arrow: bool = False, by: str | None = None) -> Stream:
+        """``kind``'s records (dicts, or Arrow batches) with at least ``columns`` (exactly them unless shared),
+        for a reader partitioned by the field ``by`` (None: not partitioned by key)."""
+        if not self.shared:
+            key = (kind, arrow, tuple(columns))
+            if key not in self.made:
+                self.made[key] = self._source(kind, columns, arrow, f"{kind}_{len(self.made)}" if self.made else kind)
+            return self.made[key]
+        made = self.made.setdefault((kind, arrow), [])
+        for entry in made:
+            if by is None or entry[0] == by:
+                return entry[1]
+        for entry in made:
+            if entry[0] is None:    # read by stateless steps only so far: this reader's key is its key
+                entry[0] = by
+                return entry[1]
+        name = kind + ("_batches" if arrow else "") + (f"_by_{by}" if made else "")
+        made.append([by, self._source(kind, None, arrow, name)])
+        return made[-1][1]
+
+    def _source(self, kind: str, columns: list[str] | None, arrow: bool, name: str) -> Stream:
+        return self.flow.read_parquet(self.path(kind), timestamp_field=TIME if columns is None or TIME in columns
+                                      else None, columns=columns, batch_rows=BATCH_ROWS, arrow=arrow,
+                                      partitions=self.partitions, name=name)
 
 
 def _parts(partitions: int) -> int | None:
@@ -102,7 +127,7 @@ def q0(flow: Flow, data_dir: str, out_dir: str, partitions: int = 1, sources: So
     src = sources or Sources(flow, data_dir, partitions)
     bids = src.read("bid", BID_OUT)
     if src.shared:
-        bids = bids.map(_project_bid, name="q0_project", partitions=_parts(partitions), locality="THREAD_LOCAL")
+        bids = bids.map(_project_bid, name="q0_project", partitions=_parts(partitions))
     _write(bids, out_dir, partitions, "q0_out")
 
 
@@ -149,9 +174,9 @@ def q3(flow: Flow, data_dir: str, out_dir: str, partitions: int = 1, sources: So
     src = sources or Sources(flow, data_dir, partitions)
     p = _parts(partitions)
     auctions = src.read("auction", ["id", "seller", "category", TIME]) \
-        .filter(_in_category, name="q3_category", partitions=p, locality="THREAD_LOCAL")
+        .filter(_in_category, name="q3_category", partitions=p, locality=src.locality())
     persons = src.read("person", ["id", "name", "city", "state", TIME]) \
-        .filter(_in_states, name="q3_states", partitions=p, locality="THREAD_LOCAL")
+        .filter(_in_states, name="q3_states", partitions=p, locality=src.locality())
     pairs = auctions.key_by("seller").interval_join(persons.key_by("id"), -UNBOUNDED_MS, UNBOUNDED_MS, name="q3_join",
                                                     partitions=p)
     _write(pairs.map(_q3_row, name="q3_row", partitions=p, locality="THREAD_LOCAL"), out_dir, partitions, "q3_out")
@@ -192,8 +217,8 @@ def winning_bids(src: Sources, partitions: int, with_extra: bool) -> Stream:
     p = _parts(partitions)
     auction_cols = AUCTION_FIELDS if with_extra else ["id", "reserve", TIME, "expires", "category"]
     bid_cols = ["auction", "bidder", "price", TIME] + (["extra"] if with_extra else [])
-    auctions = src.read("auction", auction_cols)
-    bids = src.read("bid", bid_cols)
+    auctions = src.read("auction", auction_cols, by="id")
+    bids = src.read("bid", bid_cols, by="auction")
     tag = "q9" if with_extra else "q4"
     # a bid pairs with its auction when it comes at or after the auction's start and at most the longest
     # auction later: every possible winner, and state for no longer than that
@@ -235,8 +260,8 @@ def _best(a: dict | None, b: dict | None) -> dict | None:
 def q9(flow: Flow, data_dir: str, out_dir: str, partitions: int = 1, sources: Sources | None = None) -> None:
     """Every auction with a winning bid, the auction's fields then the bid's."""
     src = sources or Sources(flow, data_dir, partitions)
-    rows = winning_bids(src, partitions, True).map(_q9_row, name="q9_row", partitions=_parts(partitions),
-                                                   locality="THREAD_LOCAL")
+    # (not in the fold's thread: q4 reads the same stream keyed otherwise when the two share a flow)
+    rows = winning_bids(src, partitions, True).map(_q9_row, name="q9_row", partitions=_parts(partitions))
     _write(rows, out_dir, partitions, "q9_out")
 
 
@@ -289,7 +314,7 @@ def q5(flow: Flow, data_dir: str, out_dir: str, partitions: int = 1, sources: So
     """Per sliding window (10 s every 2 s), the auctions with the most bids."""
     src = sources or Sources(flow, data_dir, partitions)
     p = _parts(partitions)
-    counts = src.read("bid", ["auction", TIME]).key_by("auction") \
+    counts = src.read("bid", ["auction", TIME], by="auction").key_by("auction") \
         .window(windows.sliding(Q5_SIZE_MS, Q5_SLIDE_MS)).count(name="q5_count", partitions=p)
     # per window: its counts come out when the watermark passes its end, stamped 1 ms before it, into
     # the slide-long window that ends with it, which the same watermark fires
@@ -332,7 +357,7 @@ def q7(flow: Flow, data_dir: str, out_dir: str, partitions: int = 1, sources: So
     """Per tumbling 10 s window, the bids at its highest price."""
     src = sources or Sources(flow, data_dir, partitions)
     p = _parts(partitions)
-    per_auction = src.read("bid", BID_OUT).key_by("auction").window(windows.tumbling(Q7_SIZE_MS)) \
+    per_auction = src.read("bid", BID_OUT, by="auction").key_by("auction").window(windows.tumbling(Q7_SIZE_MS)) \
         .fold(_no_top, _add_bid, _merge_tops, name="q7_per_auction", partitions=p)
     highest = per_auction.key_by("window_start").window(windows.tumbling(Q7_SIZE_MS), timestamp=_last_ms) \
         .fold(_no_top, _add_top, _merge_tops, name="q7_highest", partitions=p)
@@ -364,9 +389,9 @@ def q8(flow: Flow, data_dir: str, out_dir: str, partitions: int = 1, sources: So
     src = sources or Sources(flow, data_dir, partitions)
     p = _parts(partitions)
     window = windows.tumbling(Q8_SIZE_MS)
-    sellers = src.read("auction", ["seller", TIME]).key_by("seller").window(window) \
+    sellers = src.read("auction", ["seller", TIME], by="seller").key_by("seller").window(window) \
         .count(name="q8_sellers", partitions=p)
-    persons = src.read("person", ["id", "name", TIME]).key_by("id")
+    persons = src.read("person", ["id", "name", TIME], by="id").key_by("id")
     joined = persons.join(sellers.key_by("key"), window, other_timestamp="window_start", name="q8_join", partitions=p)
     _write(joined.map(_q8_row, name="q8_row", partitions=p, locality="THREAD_LOCAL"), out_dir, partitions, "q8_out")
 
@@ -381,7 +406,7 @@ def q11(flow: Flow, data_dir: str, out_dir: str, partitions: int = 1, sources: S
     """Bids per bidder session (bids at most 10 s apart)."""
     src = sources or Sources(flow, data_dir, partitions)
     p = _parts(partitions)
-    sessions = src.read("bid", ["bidder", TIME]).key_by("bidder").window(windows.session(Q11_GAP_MS + 1)) \
+    sessions = src.read("bid", ["bidder", TIME], by="bidder").key_by("bidder").window(windows.session(Q11_GAP_MS + 1)) \
         .count(name="q11_sessions", partitions=p)
     _write(sessions.map(_q11_row, name="q11_row", partitions=p, locality="THREAD_LOCAL"), out_dir, partitions,
            "q11_out")

@@ -219,10 +219,10 @@ def test_generate_refuses_a_non_empty_directory_unless_forced(tmp_path, capsys):
     assert (out / "keep.txt").exists() and pq.read_table(out / "bid.parquet").num_rows == 92
 
 
-def test_run_is_not_implemented_yet(tmp_path):
+def test_run_refuses_a_directory_without_a_data_set(tmp_path):
     with pytest.raises(SystemExit) as e:
         main(["run", "q5", "--data", str(tmp_path), "--out", str(tmp_path / "o")])
-    assert "not implemented yet" in str(e.value)
+    assert "holds no person.parquet" in str(e.value)
 
 
 def test_bad_config_is_refused():
