@@ -103,7 +103,7 @@ class WindowedAggregate(EventTimeOperator):
             raise fail(name, "aggregator", "session windows merge accumulators: the aggregator needs merge(a, b)")
         self._trig = parse_trigger(name, self.trigger)
         self._fields = Fields(self)
-        fast = (not spec.session and not spec.processing and self._trig is None and agg.code in _FAST_OPS
+        fast = (not spec.processing and self._trig is None and agg.code in _FAST_OPS
                 and self._fields.key_field and self._fields.ts_field and (agg.code == "count" or agg.field))
         self._fast_op = _FAST_OPS[agg.code] if fast else None
         self._fast_value = agg.value
@@ -126,7 +126,12 @@ class WindowedAggregate(EventTimeOperator):
     def process_input_batch(self, records: list) -> None:
         late: list = []
         if self._fast_op is not None:
-            self._fast(records, late)
+            if self._spec.session:
+                self._fast_sessions(records, late)
+            elif self._fast_op == 0 and self._spec.slide == self._spec.size:
+                self._fast_tumbling_count(records, late)
+            else:
+                self._fast(records, late)
         else:
             now = int(self._clock() * 1000)
             one = self._one
@@ -174,6 +179,94 @@ class WindowedAggregate(EventTimeOperator):
                 s -= slide
                 if s + size <= t or s + size <= limit:
                     break
+
+    def _fast_tumbling_count(self, records: list, late: list) -> None:
+        """The commonest case on its own: counts per key in tumbling windows."""
+        spec = self._spec
+        kf, tf = self._fields.key_field, self._fields.ts_field
+        size, origin = spec.size, spec.origin
+        limit = self.watermark - self._lateness
+        panes = self.panes
+        last_s, d = None, None
+        for r in records:
+            try:
+                k = r[kf]
+                t = r[tf]
+            except (KeyError, TypeError, IndexError):
+                self._one(r, late, 0)
+                continue
+            if t.__class__ is not int:
+                self._one(r, late, 0)
+                continue
+            s = t - (t - origin) % size
+            if s != last_s:
+                if s + size <= limit:
+                    late.append(r)
+                    continue
+                d = panes.get(s)
+                if d is None:
+                    d = panes[s] = {}
+                last_s = s
+            d[k] = d.get(k, 0) + 1
+
+    def _fast_sessions(self, records: list, late: list) -> None:
+        """Sessions, count/sum/min/max of a field, key and time from fields: a record opens a session
+        or extends the one it falls in, in place (its firing entry is renewed when it comes due); a
+        record joining two sessions takes the general path, which merges them."""
+        kf, tf, vf = self._fields.key_field, self._fields.ts_field, self._agg.field
+        gap = self._spec.gap
+        op = self._fast_op
+        limit = self.watermark - self._lateness
+        sessions = self.sessions
+        heap, push = self._heap, heapq.heappush
+        number = _NUMBER
+        for r in records:
+            try:
+                k = r[kf]
+                t = r[tf]
+                v = r[vf] if op else None
+            except (KeyError, TypeError, IndexError):
+                self._one(r, late, 0)
+                continue
+            if t.__class__ is not int or (op and v.__class__ not in number):
+                self._one(r, late, 0)
+                continue
+            end = t + gap
+            if end <= limit:
+                late.append(r)
+                continue
+            lst = sessions.get(k)
+            if lst is None:
+                lst = sessions[k] = []
+            hit = None
+            for x in lst:
+                if x[0] < end and x[1] > t:
+                    if hit is not None:  # it joins two sessions: the general path merges them
+                        hit = lst
+                        break
+                    hit = x
+            if hit is None:  # a new session
+                x = [t, end, 1 if op == 0 else v, self.order, True, 0, False]
+                self.order += 1
+                lst.append(x)
+                push(heap, (end, t, x[3], k))
+                continue
+            if hit is lst:
+                self._one(r, late, 0)
+                continue
+            x = hit
+            if t < x[0]:
+                x[0] = t
+            if end > x[1]:
+                x[1] = end
+            a = x[2]
+            if op == 0:
+                x[2] = a + 1
+            elif op == 1:
+                x[2] = a + v
+            elif a is None or (v < a if op == 2 else v > a):
+                x[2] = v
+            x[4] = True
 
     def _one(self, r: Any, late: list, now: int) -> None:
         kt = self._read(self._fields, r)
@@ -294,12 +387,16 @@ class WindowedAggregate(EventTimeOperator):
             end, start, order, k = heapq.heappop(heap)
             lst = sessions.get(k)
             for i, x in enumerate(lst or ()):
-                if x[1] == end and x[0] == start and x[3] == order:
-                    del lst[i]
-                    if not lst:
-                        del sessions[k]
-                    rows.append({"key": k, "window_start": start, "window_end": end, "value": result(x[2])})
+                if x[3] != order:
+                    continue
+                if x[1] != end or x[0] != start:  # extended in place since: due at its new end
+                    heapq.heappush(heap, (x[1], x[0], order, k))
                     break
+                del lst[i]
+                if not lst:
+                    del sessions[k]
+                rows.append({"key": k, "window_start": start, "window_end": end, "value": result(x[2])})
+                break
         if rows:
             self.output.emit_batch(rows)
 
