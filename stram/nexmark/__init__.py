@@ -1,6 +1,9 @@
-"""NEXMark for stram: the suite's event generator (persons, auctions, bids) and a query oracle.
+"""NEXMark for stram: the suite's event generator (persons, auctions, bids), a query oracle and the
+queries on stram.
 
 ``python -m stram.nexmark generate`` writes a data set, ``python -m stram.nexmark oracle`` answers a
-query over it without any engine; ``stram.nexmark.generator`` also serves events from any index as a
-stream source. docs/nexmark.md describes the generator's rules and the queries' semantics.
+query over it without any engine, ``python -m stram.nexmark run`` runs a query on stram
+(``stram.nexmark.queries``, written with the dataflow API); ``stram.nexmark.generator`` also serves
+events from any index as a stream source. docs/nexmark.md describes the generator's rules, the
+queries' semantics and how each query is built on stram.
 """
