@@ -300,6 +300,7 @@ class Builder:
                                  f"(connect one of its input ports, or make it an "
                                  f"InputOperator)")
         self.event_time(spec)
+        self.partition_keys(spec)
         for stream in spec.streams.values():
             if stream.locality not in INLINE_LOCALITIES:
                 continue
@@ -336,6 +337,27 @@ class Builder:
                                      f"upstream (e.g. JsonLinesReader), or use a processing-time window")
                 op.properties[prop] = found
 
+    def partition_keys(self, spec: SpecGraph) -> None:
+        """A stream is partitioned by one key for all its readers: two partitioned readers with keyed
+        state that ask for different keys (``Operator.partition_key``) would get wrong results, so are
+        refused. A reader without keyed state (neither ``partition_key`` nor ``split_state`` of its
+        own: a map, a filter) takes any key."""
+        for stream in spec.streams.values():
+            asked: dict[Any, str] = {}
+            for sink in stream.sinks:
+                op = spec.operators[sink.operator]
+                cls = self.classes[sink.operator]
+                if op.partitions <= 1 or not _keyed(cls):
+                    continue
+                key = cls.partition_key(op.properties, sink.port)
+                asked.setdefault(key, sink.operator)
+            if len(asked) > 1:
+                readers = ", ".join(f"{name!r} by {_key_text(key)}" for key, name in asked.items())
+                raise self.error(f"streams.{stream.name}",
+                                 f"its partitioned readers ask for different partition keys ({readers}); a "
+                                 f"stream is partitioned by one key: give each reader its own stream (from a "
+                                 f"source of its own, or a step in between)")
+
     def _upstream_event_time(self, spec: SpecGraph, name: str, port: str) -> str | None:
         """The ``timestamp_field`` of the nearest upstream operator setting one (through ``port``)."""
         seen: set[str] = set()
@@ -354,6 +376,18 @@ class Builder:
             todo.extend(s.source.operator for s in spec.streams.values()
                         if any(k.operator == up for k in s.sinks))
         return None
+
+
+def _keyed(cls: type[Operator]) -> bool:
+    """The operator's state is keyed: it names its key or splits its state by key itself."""
+    return (cls.partition_key.__func__ is not Operator.partition_key.__func__  # type: ignore[attr-defined]
+            or cls.split_state.__func__ is not Operator.split_state.__func__)  # type: ignore[attr-defined]
+
+
+def _key_text(key: str | None) -> str:
+    if key is None:
+        return "the default key"
+    return f"field {key[len('field:'):]!r}" if key.startswith("field:") else "a key function"
 
 
 def _fn_set(properties: Mapping[str, Any], prop: str) -> bool:
