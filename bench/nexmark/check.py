@@ -30,12 +30,12 @@ class Verdict:
     detail: str = ""   # why it is wrong
 
 
-def result_files(out_dir: str) -> list[str]:
-    """The result files under ``out_dir`` (recursively), in name order."""
+def result_files(out_dir: str, suffix: str = "") -> list[str]:
+    """The result files under ``out_dir`` (recursively, names ending in ``suffix``), in name order."""
     found = []
     for root, dirs, files in os.walk(out_dir):
         dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
-        found += [os.path.join(root, f) for f in sorted(files) if not f.startswith((".", "_"))]
+        found += [os.path.join(root, f) for f in sorted(files) if not f.startswith((".", "_")) and f.endswith(suffix)]
     return found
 
 
@@ -47,14 +47,16 @@ def _arrow_type(dtype) -> pa.DataType:
     return pa.string()
 
 
-def read_result(out_dir: str, expected: pd.DataFrame, timestamps: tuple = ()) -> pd.DataFrame:
+def read_result(out_dir: str, expected: pd.DataFrame, timestamps: tuple = (), suffix: str = "") -> pd.DataFrame:
     """The rows under ``out_dir`` as a frame with ``expected``'s columns and types (ValueError: a file does
     not parse, or has other fields)."""
     fields = [pa.field(c, pa.string() if c in timestamps else _arrow_type(expected[c].dtype)) for c in expected]
     schema = pa.schema(fields)
     parse = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
     tables = []
-    for path in result_files(out_dir):
+    if not os.path.isdir(out_dir):
+        raise ValueError(f"no output directory {out_dir}")
+    for path in result_files(out_dir, suffix):
         with open(path, "rb") as f:
             data = f.read()
         if not data.strip():
@@ -114,10 +116,10 @@ def compare(expected: pd.DataFrame, got: pd.DataFrame) -> Verdict:
     return Verdict(False, len(have), "; ".join(detail))
 
 
-def check(out_dir: str, expected: pd.DataFrame, timestamps: tuple = ()) -> Verdict:
-    """Read the result under ``out_dir`` and compare it with ``expected``."""
+def check(out_dir: str, expected: pd.DataFrame, timestamps: tuple = (), suffix: str = "") -> Verdict:
+    """Read the result under ``out_dir`` (files ending in ``suffix``) and compare it with ``expected``."""
     try:
-        got = read_result(out_dir, expected, timestamps)
+        got = read_result(out_dir, expected, timestamps, suffix)
     except (ValueError, OSError) as e:
         return Verdict(False, 0, f"unreadable result: {e}")
     return compare(expected, got)
