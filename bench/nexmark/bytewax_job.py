@@ -176,8 +176,8 @@ def build_flow(query: str, data: str, out: str):
                                                      "bid_dateTime": kv[1][1][1]["dateTime"],
                                                      "bid_extra": kv[1][1][1]["extra"]})
         else:
-            by_cat = op.key_on("by-category", op.map("price", won, lambda kv: (kv[1][0]["category"], kv[1][1][1]["price"])),
-                               lambda cp: str(cp[0]))
+            prices = op.map("price", won, lambda kv: (kv[1][0]["category"], kv[1][1][1]["price"]))
+            by_cat = op.key_on("by-category", prices, lambda cp: str(cp[0]))
             sums = op.fold_final("average", by_cat, lambda: [0, 0],
                                  lambda s, cp: [s[0] + cp[1], s[1] + 1])
             rows = op.map("fields", sums, lambda kv: {"id": int(kv[0]), "final": kv[1][0] // kv[1][1]})

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from bench.nexmark import __main__ as cli
-from bench.nexmark import check, runner
+from bench.nexmark import check, install, runner
 from stram.nexmark import generator, oracle
 from stram.nexmark.model import GeneratorConfig
 
@@ -134,3 +134,18 @@ def test_measure_counts_the_children(tmp_path):
     assert m.returncode == 0 and m.wall > 0 and m.cpu > 0 and m.peak_rss > 0
     failed = runner.measure([sys.executable, "-c", "import sys; sys.exit('boom')"], str(tmp_path))
     assert failed.returncode == 1 and "boom" in failed.stderr
+
+
+def test_a_missing_peer_is_skipped_saying_why(data, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(runner, "venv_python", lambda name: tmp_path / "no-venv" / name / "bin" / "python")
+    monkeypatch.setattr(runner, "stram_unavailable", lambda: "no stram run here")
+    results = runner.run_matrix(["q2"], ["stram1", "bytewax"], 1, data, EVENTS)
+    assert results == {"q2": {}}
+    out = capsys.readouterr().out
+    assert "stram1: skipped (no stram run here)" in out
+    assert "bytewax: skipped (no venv at" in out and "--setup" in out
+    # Flink installed but without its Parquet jars: skipped, naming them
+    monkeypatch.setenv("STRAM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(install, "flink_version", lambda: "9.9.9")
+    jars, why = install.flink_jars()
+    assert jars == [] and "flink-sql-parquet-9.9.9.jar" in why and "--setup" in why
