@@ -1,8 +1,9 @@
 """The NEXMark matrix: each query on stram (1 and 2 partitions), Flink SQL and Bytewax, measured and checked.
 
 Every run is a process tree started from scratch (start-up included): its wall time, events/s = events /
-wall time, the CPU seconds of the whole tree (children included: the sampled per-process times and the
-root's wait4 resource usage, whichever is larger) and the peak of its summed RSS (sampled every 50 ms).
+wall time, the CPU seconds of the whole tree (the sum of each process's last sampled time, or the root's
+wait4 resource usage, itself and the children it waited for, when larger) and the peak of its summed RSS,
+sampled every 50 ms. The tree includes detached processes that inherited the run's marker variable.
 Its result is checked against the oracle (bench.nexmark.check); a wrong one prints WRONG, never a figure.
 Runs are interleaved: for each query, every round runs every system once.
 """
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 
 import psutil
 
@@ -36,6 +38,8 @@ NAMES = {"stram1": "stram, 1 partition", "stram2": "stram, 2 partitions", "flink
 #: fields a system writes as timestamps (read back as epoch ms)
 TIMESTAMPS = {"flink": ("window_start", "window_end", "stime", "starttime", "endtime")}
 SAMPLE_S = 0.05
+#: the environment variable that marks a measured run's processes
+TREE_MARK = "STRAM_BENCH_TREE"
 
 
 @dataclasses.dataclass
@@ -58,7 +62,15 @@ class Measured:
 
 
 def measure(cmd: list[str], cwd: str, env: dict | None = None) -> Measured:
-    """Run ``cmd`` to its end, sampling its process tree; stdout and stderr kept (in files, so no pipe fills)."""
+    """Run ``cmd`` to its end, sampling its process tree; stdout and stderr kept (in files, so no pipe fills).
+
+    The tree is the process's descendants and every process that inherited its TREE_MARK environment
+    variable: a local ``stram launch --detach`` starts the master and its containers in a session of their
+    own, reparented to init, out of reach of the parent links."""
+    token = uuid.uuid4().hex
+    env = dict(os.environ if env is None else env, **{TREE_MARK: token})
+    looked: set[int] = set()
+    marked: dict[int, psutil.Process] = {}
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         started = time.perf_counter()
         proc = psutil.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
@@ -68,12 +80,20 @@ def measure(cmd: list[str], cwd: str, env: dict | None = None) -> Measured:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 break
-            rss = 0
+            for p in psutil.process_iter():
+                if p.pid not in looked:
+                    looked.add(p.pid)
+                    try:
+                        if p.environ().get(TREE_MARK) == token:
+                            marked[p.pid] = p
+                    except psutil.Error:
+                        pass
             try:
-                tree = [proc] + proc.children(recursive=True)
+                tree = {p.pid: p for p in [proc] + proc.children(recursive=True)}
             except psutil.Error:
-                tree = []
-            for p in tree:
+                tree = {}
+            rss = 0
+            for p in {**marked, **tree}.values():
                 try:
                     with p.oneshot():
                         t = p.cpu_times()

@@ -149,3 +149,19 @@ def test_a_missing_peer_is_skipped_saying_why(data, tmp_path, monkeypatch, capsy
     monkeypatch.setattr(install, "flink_version", lambda: "9.9.9")
     jars, why = install.flink_jars()
     assert jars == [] and "flink-sql-parquet-9.9.9.jar" in why and "--setup" in why
+
+
+def test_measure_finds_detached_processes(tmp_path):
+    # a grandchild in a session of its own whose parent has returned (so init adopted it), holding 200 MB
+    # until the run is about to end: found by the marker variable, not by parent links
+    held, release = tmp_path / "held", tmp_path / "release"
+    grandchild = (f"import pathlib, time; x = bytearray(200 * 2**20); pathlib.Path({str(held)!r}).write_text('1')\n"
+                  f"while not pathlib.Path({str(release)!r}).exists(): time.sleep(0.01)")
+    middle = (f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {grandchild!r}], "
+              "start_new_session=True, stdout=subprocess.DEVNULL)")
+    root = (f"import pathlib, subprocess, sys, time; subprocess.run([sys.executable, '-c', {middle!r}])\n"
+            f"while not pathlib.Path({str(held)!r}).exists(): time.sleep(0.01)\n"
+            f"time.sleep(1.0); pathlib.Path({str(release)!r}).write_text('1')")
+    m = runner.measure([sys.executable, "-c", root], str(tmp_path))
+    assert m.returncode == 0 and held.exists()
+    assert m.peak_rss > 200 * 2**20
