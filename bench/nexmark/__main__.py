@@ -16,6 +16,7 @@ figures: bench/README.md.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
 from bench.nexmark import runner
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     data, events = runner.dataset(args.events, args.seed, args.data)
     print(f"data: {data} ({events:,} events)")
     results = runner.run_matrix(queries, systems, args.runs, data, events, commands)
-    print(f"\ncommand: python -m bench.nexmark {' '.join(argv if argv is not None else sys.argv[1:])}")
+    print(f"\ncommand: python -m bench.nexmark {shlex.join(argv if argv is not None else sys.argv[1:])}")
     bad = any(not r.ok for per in results.values() for runs in per.values() for r in runs)
     return 1 if bad else 0
 
