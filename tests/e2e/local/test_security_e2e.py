@@ -66,14 +66,21 @@ def secrets_in_processes(app_id: str, token: str) -> tuple[int, list[str]]:
 @contextlib.contextmanager
 def counted_exactly(tmp_path, lines_per_window: int, *args: str):
     """Launch the word count of WORDS (with ``args``); the block runs while it runs; then the
-    application must end SUCCEEDED with counts equal to a count made here (killed if the block fails)."""
+    application must end SUCCEEDED with counts equal to a count made here (killed if the block fails).
+
+    The reader goes slowly (``lines_per_window``) until the block is done, then at full speed: the
+    application outlives the block without the test waiting out a slow read of the rest."""
     out = tmp_path / "out"
+    signal = tmp_path / "checked"
     app_id = launch_detached("specs/wordcount.yaml", *args, "-D", f"operators.reader.path={WORDS}",
+                             "-D", "operators.reader.class=tests.kits.e2e_ops:SlowUntilSignal",
+                             "-D", f"operators.reader.signal={signal}",
                              "-D", f"operators.reader.lines_per_window={lines_per_window}",
                              "-D", f"operators.out.path={out}")
     final = None
     try:
         yield app_id
+        signal.touch()
         final = wait_final(app_id, timeout=180)
     finally:
         if final is None and (admin(app_id, "info") or {}).get("state") == "RUNNING":
