@@ -120,12 +120,19 @@ def kill_left(app_id: str, keep: pathlib.Path | None = None) -> None:
             proc.kill()
 
 
+def release_file(disk: pathlib.Path) -> pathlib.Path:
+    """Once this file exists the reader reads the rest at full speed (off the small disk)."""
+    return disk.parent / "release-reader"
+
+
 def launch_wordcount(disk: pathlib.Path, monkeypatch, *extra: str) -> tuple[str, pathlib.Path]:
     home = disk / "home"
     monkeypatch.setenv("STRAM_HOME", str(home))
     out = disk / "out"
     app_id = launch_detached("specs/wordcount.yaml", *FAST, *extra,
                              "-D", f"operators.reader.path={MOBY}", "-D", "operators.reader.lines_per_window=60",
+                             "-D", "operators.reader.class=tests.kits.e2e_ops:SlowUntilSignal",
+                             "-D", f"operators.reader.signal={release_file(disk)}",
                              "-D", "operators.count.partitions=2", "-D", f"operators.out.path={out}")
     wait_until(lambda: running_operators(app_id) == 6, what="all operators running")
     wait_until(lambda: out.exists() and any(out.rglob("*.jsonl")), timeout=60, what="committed output")
@@ -149,6 +156,7 @@ def test_disk_fills_then_frees_succeeds_exactly(tmp_path, monkeypatch):
             time.sleep(4)  # a pause longer than a few heartbeats and windows
             assert status(app_id).get("state") == "RUNNING"
             filler.free()
+            release_file(disk).touch()
             final = wait_final(app_id, timeout=240)
             assert final["state"] == "SUCCEEDED", final.get("diagnostics")
             sums, _, _ = read_counts(out)
@@ -203,6 +211,7 @@ def test_journal_waits_for_space_while_a_container_is_recovered(tmp_path, monkey
             time.sleep(3)
             assert status(app_id).get("state") == "RUNNING"
             filler.free()
+            release_file(disk).touch()
             final = wait_final(app_id, timeout=240)
             assert final["state"] == "SUCCEEDED", final.get("diagnostics")
             sums, _, _ = read_counts(out)
@@ -231,6 +240,7 @@ def test_new_master_attempt_waits_for_space_at_start(tmp_path, monkeypatch):
                               what="the new attempt's get-app-info to say it waits for space")
             assert "no space left on device" in info["diagnostics"], info
             filler.free()
+            release_file(disk).touch()
             final = wait_final(app_id, timeout=240)
             assert final["state"] == "SUCCEEDED", final.get("diagnostics")
             sums, _, _ = read_counts(out)
