@@ -137,26 +137,6 @@ class PickySplitter(Operator):
             self.output.emit(word)
 
 
-class LinesThenIdle(LineReader):
-    """LineReader that stays alive at the end of its file (the application runs on, idle), so
-    that counters can be read when they no longer move."""
-
-    transient = ("_file", "_left", "_done")
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._done = False
-
-    def emit_tuples(self) -> None:
-        if self._done:
-            time.sleep(0.01)
-            return
-        try:
-            super().emit_tuples()
-        except ShutdownException:
-            self._done = True
-
-
 class SlowUntilSignal(LineReader):
     """LineReader at ``lines_per_window`` until the file ``signal`` exists, then at
     ``fast_lines_per_window`` (None: no cap).
@@ -179,6 +159,27 @@ class SlowUntilSignal(LineReader):
             self._fast = os.path.exists(self.signal)  # a stat a window, until it is there
         if self._fast:
             self._left = self.fast_lines_per_window
+
+
+class LinesThenIdle(SlowUntilSignal):
+    """LineReader that stays alive at the end of its file (the application runs on, idle), so
+    that counters can be read when they no longer move; with ``signal``, it reads faster once
+    that file exists, as :class:`SlowUntilSignal` does."""
+
+    transient = ("_file", "_left", "_done", "_fast")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._done = False
+
+    def emit_tuples(self) -> None:
+        if self._done:
+            time.sleep(0.01)
+            return
+        try:
+            super().emit_tuples()
+        except ShutdownException:
+            self._done = True
 
 
 class KafkaUntilSignal(KafkaInput):

@@ -75,14 +75,15 @@ def _number(text: str) -> float:
     return float(text.replace(",", ""))
 
 
-def _spec(tmp_path, name: str, path, lines_per_window: int) -> str:
+def _spec(tmp_path, name: str, path, lines_per_window: int, signal: str = "") -> str:
     spec = tmp_path / "console-wordcount.yaml"
     spec.write_text(f"""
 name: '{name.replace("'", "''")}'
 attributes: {{STREAMING_WINDOW_SIZE_MILLIS: 100, HEARTBEAT_INTERVAL_MILLIS: 300, CHECKPOINT_WINDOW_COUNT: 5,
              PROCESSING_MODE: EXACTLY_ONCE}}
 operators:
-  reader: {{class: "tests.kits.e2e_ops:LinesThenIdle", properties: {{path: "{path}", lines_per_window: {lines_per_window}}}}}
+  reader: {{class: "tests.kits.e2e_ops:LinesThenIdle", properties: {{path: "{path}", lines_per_window: {lines_per_window},
+                                                            signal: "{signal}"}}}}
   split: {{class: "stram.operators.text:WordSplitter", partitions: 2}}
   count: {{class: "stram.operators.aggregate:KeyCounter"}}
   out: {{class: "stram.operators.io:JsonLinesOutput", properties: {{path: "{tmp_path / 'out'}"}}}}
@@ -114,7 +115,8 @@ def _running_count_container(app_id: str) -> str | None:
 
 def test_console_follows_a_wordcount_and_kills_a_container_from_the_page(tmp_path, chromium, artifacts):
     lines = len(MOBY.read_text().splitlines())
-    app_id = launch_detached(_spec(tmp_path, "wordcount", MOBY, 30))  # 71 s of input at least
+    release = tmp_path / "release-reader"  # the rest of the input at full speed once the page has done its part
+    app_id = launch_detached(_spec(tmp_path, "wordcount", MOBY, 30, str(release)))  # 71 s of input at least
     page = None
     try:
         wait_until(lambda: _all_active(app_id), timeout=60, what="every operator ACTIVE")
@@ -200,6 +202,7 @@ def test_console_follows_a_wordcount_and_kills_a_container_from_the_page(tmp_pat
         new = wait_until(replacement, timeout=90, what="a replacement container for count on the page")
         assert new == _running_count_container(app_id)
         assert p.evaluate("window.__sameDocument") is True
+        release.touch()
         wait_until(lambda: sum(r["tuples_out_total"] for r in (admin(app_id, "operators") or {}).get("operators", [])
                                if r["name"] == "reader") >= lines, timeout=180, what="the whole file read")
         p.click("#shutdown-app")
