@@ -92,6 +92,8 @@ class Shape:
             return c
 
         def join(a: str, b: str) -> None:
+            parent.setdefault(a, a)
+            parent.setdefault(b, b)
             ra, rb = find(a), find(b)
             if ra != rb:
                 parent[max(ra, rb)] = min(ra, rb)
