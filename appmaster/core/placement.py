@@ -226,11 +226,12 @@ def _load(books: Any, state: _State, now: int) -> collections.Counter[str]:
 
 def _pick(books: Any, state: _State, order: list[str], exclude: set[str], now: int) -> str:
     """The least loaded known node not excluded (first in the launcher's order on a tie); "" : none."""
-    free = [h for h in order if h not in exclude]
-    if not free:
-        return ""
     load = _load(books, state, now)
-    return min(free, key=lambda h: (load[h], order.index(h)))
+    best, best_load = "", 0
+    for host in order:  # in order: the first of the least loaded wins
+        if host not in exclude and (not best or load[host] < best_load):
+            best, best_load = host, load[host]
+    return best
 
 
 def _usable(books: Any, now: int) -> list[str]:
