@@ -182,6 +182,28 @@ def test_strict_rule_that_stops_holding_at_a_launch_fails_the_application():
     assert state.state == "FAILED" and "needs 3 nodes, the cluster has 2" in state.diagnostics
 
 
+def test_anti_affinity_avoids_a_peers_node_even_when_it_is_the_least_loaded():
+    rules = "AFFINITY_RULES: [{type: ANTI_AFFINITY, operators: [count]}]"
+    state, _, _ = started(spec_text(count=2, attributes=rules))
+    first, second = containers(state, "count")
+    running = {first: "h1"}
+    # every other container runs on h2 or h3, so h1 is the least loaded node
+    others = [c for c in state.plan.containers if c not in (first, second)]
+    running.update({c: ("h2", "h3")[i % 2] for i, c in enumerate(others)})
+    for cid, host in running.items():
+        state.plan.containers[cid].state, state.plan.containers[cid].host = ContainerState.RUNNING, host
+    load = collections.Counter(running.values())
+    assert min(RACK, key=lambda h: load[h]) == "h1"
+    again = launch(state, state.plan.containers[second], NOW + 1)
+    assert again.hosts and again.hosts[0] != "h1" and "h1" in again.avoid
+
+
+def test_blacklisted_nodes_do_not_count_for_a_strict_rule():
+    rules = "AFFINITY_RULES: [{type: ANTI_AFFINITY, operators: [count], relax: false}]"
+    state, launches, _ = started(spec_text(count=3, attributes=rules), blacklist={"h2": NOW + 10})
+    assert launches == {} and "needs 3 nodes, the cluster has 2 (1 blacklisted)" in state.diagnostics
+
+
 def test_blacklisted_hosts_are_avoided_until_their_time():
     rules = "AFFINITY_RULES: [{type: ANTI_AFFINITY, operators: [count]}]"
     state, launches, _ = started(spec_text(count=2, attributes=rules), blacklist={"h1": NOW + 10, "h3": NOW - 1})
