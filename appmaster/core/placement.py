@@ -180,7 +180,7 @@ class _State:
 
 
 def _state(books: Any) -> _State:
-    """The books' placement memory (kept on the books as ``placement``; made on first use)."""
+    """The books' placement memory (``books.placement``; made on first use)."""
     state = getattr(books, "placement", None)
     if state is None:
         state = _State()
