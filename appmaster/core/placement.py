@@ -288,6 +288,7 @@ def choose(books: Any, container: PTContainer, now: int) -> Placement:
     exclude = set(black)
     relax = cid not in shape.strict
     error, notes = "", []
+    usable = len([h for h in order if h not in black])
     for k in shape.anti.get(cid, ()):
         anti = shape.antis[k]
         taken = {h for h in (_host_of(books, state, p) for p in anti.peers(cid)) if h}
@@ -295,11 +296,11 @@ def choose(books: Any, container: PTContainer, now: int) -> Placement:
             if anti.rule.relax:
                 if k not in state.relaxed:
                     state.relaxed.add(k)
-                    notes.append(f"{anti.rule.what} needs {anti.needs} nodes, {len(order) - len(black)} are "
-                                 f"usable: {cid} placed without it (relax: true)")
+                    notes.append(f"{anti.rule.what} needs {anti.needs} nodes, the cluster has {usable} usable: "
+                                 f"{cid} placed without it (relax: true)")
                 continue
-            error = (f"{anti.rule.what} needs {anti.needs} nodes, the cluster has {len(order) - len(black)} "
-                     f"usable for {cid} (relax: false)")
+            error = (f"{anti.rule.what} needs {anti.needs} nodes, the cluster has {usable} usable "
+                     f"({len(order) - usable} blacklisted): no node left for {cid} (relax: false)")
             continue
         exclude |= taken
         relax = relax and anti.rule.relax

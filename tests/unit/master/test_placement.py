@@ -282,3 +282,12 @@ def test_picks_are_spread_and_stay_deterministic():
     assert first == second
     load = collections.Counter(i.hosts[0] for i in first.values() if i.hosts)
     assert max(load.values()) == 1
+
+
+def test_anti_affine_partitions_packed_into_one_container_fail_a_strict_rule():
+    rules = "CONTAINERS_MAX_COUNT: 1, AFFINITY_RULES: [{type: ANTI_AFFINITY, operators: [count], relax: false}]"
+    state, launches, _ = started(spec_text(count=2, attributes=rules))
+    (cid,) = set(containers(state, "count"))
+    assert launches == {} and f"{cid} holds more than one of them" in state.diagnostics
+    relaxed, launches, _ = started(spec_text(count=2, attributes=rules.replace("false", "true")))
+    assert relaxed.state == "RUNNING" and len(launches) == 1
