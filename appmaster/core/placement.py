@@ -6,7 +6,8 @@ Rules, from the spec and the plan:
 - a stream NODE_LOCAL (RACK_LOCAL) between operators in different containers: both containers on one
   node (rack). A container follows the host of a peer that runs (or was asked for); when none of its
   node group has one, the group gets the least loaded known node. The pairs are the physical streams:
-  a NODE_LOCAL stream that fans in (partitions to one reader) puts them all on one node;
+  a NODE_LOCAL stream that fans in, or is keyed (every partition feeds every partition), puts them all
+  on one node;
 - AFFINITY NODE_LOCAL rules are node groups too (partition i with partition i when the operators have
   the same partition count, else all of them on one node); CONTAINER_LOCAL affinity is the plan's
   (:func:`stram.master.core.plan.PhysicalPlan.from_spec` puts them in one container);
