@@ -92,6 +92,8 @@ class Books:
         self.plan: PhysicalPlan = plan if plan is not None else PhysicalPlan.from_spec(
             spec, self.initial_window, self.attributes.get("CONTAINERS_MAX_COUNT"))
         self.pacer: HeartbeatPacer | None = pacer
+        #: What placement remembers between launches (:mod:`stram.master.core.placement`; made on first use).
+        self.placement: Any = None
         #: The newest window no failure can make the application process again; never goes backward.
         self.committed = self.initial_window
         #: Keeps recovery checkpoints and :attr:`committed` up to date (``update(books)``).

@@ -23,12 +23,21 @@ class Instruction:
 
 @dataclass(frozen=True)
 class LaunchContainer(Instruction):
-    """Ask the launcher for a container process."""
+    """Ask the launcher for a container process, placed as :mod:`stram.master.core.placement` chose."""
 
     container_id: str
     memory_mb: int
     vcores: int
+    #: Wanted hosts, the first preferred (() : any).
     hosts: tuple[str, ...] = ()
+    #: Wanted racks (() : any).
+    racks: tuple[str, ...] = ()
+    #: The YARN node label the container must run on (None: any node).
+    node_label: str | None = None
+    #: Hosts not to use: blacklisted ones, and those anti-affinity rules exclude.
+    avoid: tuple[str, ...] = ()
+    #: May YARN place it elsewhere when the wanted hosts/racks cannot take it (after PLACEMENT_TIMEOUT_MILLIS).
+    relax: bool = True
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ Functions over the master's :class:`~stram.master.core.books.Books`, called by
 name from the heartbeat, recovery, the end of the application and the clock:
 
 - :func:`note` adds a line to the application's event log (and the master's log);
-- :func:`launch` asks for a container's process (:class:`LaunchContainer`);
+- :func:`launch` asks for a container's process (:class:`LaunchContainer`), placed by
+  :mod:`~stram.master.core.placement`;
 - :func:`finish` ends the application (once), :func:`maybe_finish` returns
   :class:`Finish` once it ended and no container is left running;
 - :func:`count_failure` keeps an operator's last failure for info and progress.
@@ -18,6 +19,7 @@ import collections
 import logging
 from typing import Any
 
+from stram.master.core import placement
 from stram.master.core.books import Books, LogEntry
 from stram.master.core.events import Note, Start
 from stram.master.core.instructions import Finish, Instruction, LaunchContainer
@@ -47,16 +49,19 @@ def note(books: Books, now: int, kind: str, text: str) -> None:
 
 
 def launch(books: Books, container: PTContainer, now: int) -> LaunchContainer:
-    """Ask for ``container``'s process: it is PENDING from ``now``, its previous process forgotten."""
-    operators = books.plan.operators
-    hosts = tuple(sorted({str(operators[o].attributes.get("LOCALITY_HOST"))
-                          for o in container.operators
-                          if operators[o].attributes.get("LOCALITY_HOST")}))
+    """Ask for ``container``'s process: it is PENDING from ``now``, its previous process forgotten; placed
+    by :func:`stram.master.core.placement.choose`. A ``relax: false`` rule that cannot hold fails the
+    application, naming it (the container asked for is stopped with the others)."""
+    where = placement.choose(books, container, now)
+    for line in where.notes:
+        note(books, now, "placement", line)
+    if where.error:
+        finish(books, "FAILED", f"cannot place {container.id}: {where.error}", now)
     container.state = ContainerState.PENDING
     container.launch_at = now
     container.pid, container.process_started = 0, 0.0  # the new process says who it is (ContainerStarted)
     return LaunchContainer(container.id, container.memory_mb or int(books.attr("CONTAINER_MEMORY_MB") or 1024),
-                           container.vcores, hosts)
+                           container.vcores, where.hosts, where.racks, where.node_label, where.avoid, where.relax)
 
 
 def finish(books: Books, state: str, diagnostics: str, now: int) -> None:
@@ -96,6 +101,14 @@ def count_failure(books: Books, op: PTOperator, error: str, window: int, now: in
 def handle_start(books: Books, ev: Start) -> list[Instruction]:
     """Ask for every planned container."""
     note(books, ev.now, "plan", f"{len(books.plan.operators)} operators in {len(books.plan.containers)} containers")
+    error, lines = placement.check(books, ev.now)
+    for line in lines:
+        note(books, ev.now, "placement", line)
+    if error:  # a relax: false rule the cluster cannot hold: nothing is launched
+        finish(books, "FAILED", f"cannot place the containers: {error}", ev.now)
+        for container in books.plan.containers.values():
+            container.state = ContainerState.RELEASED
+        return maybe_finish(books)
     # the committed window's first computation (over the whole plan: 0.1-0.2 s at 20,000
     # operators) here, before any container can call, not in the first container's heartbeat
     return [*books.committed_window.update(books), *(launch(books, c, ev.now) for c in books.plan.containers.values())]

@@ -16,6 +16,7 @@ from typing import Any, Iterable
 
 from stram.common.partition import partition_keys, partition_mask
 from stram.master.core.changes import PlanChanges, Tracked, attach, touch, untracked
+from stram.master.spec.affinity import resolve_rules
 
 __all__ = ["OperatorState", "ContainerState", "PTInput", "PTOperator", "PTContainer", "PhysicalPlan",
            "INLINE_LOCALITIES", "ALIVE", "GONE", "affected_operators"]
@@ -240,6 +241,7 @@ class PhysicalPlan:
             if big:
                 log.info("planning: stream %s wired (%d physical operators so far, %.2f s)",
                          sname, len(plan.operators), time.monotonic() - started)
+        groups += _container_affinity(spec, parts)
         for op in plan.operators.values():
             if op.kind == "GENERIC" and op.inputs and all(
                     i.locality == "THREAD_LOCAL" for i in op.inputs):
@@ -439,6 +441,17 @@ def _op_dict(op: PTOperator) -> dict[str, Any]:
                    for i in op.inputs],
         "outputs": dict(op.outputs),
     }
+
+
+def _container_affinity(spec: Any, parts: dict[str, list[PTOperator]]) -> list[set[int]]:
+    """CONTAINER_LOCAL AFFINITY rules: partition i of each operator listed in one container (the spec
+    check made their partition counts equal), like a CONTAINER_LOCAL stream would."""
+    links: list[set[int]] = []
+    for rule in resolve_rules(spec):
+        if rule.type == "AFFINITY" and rule.locality == "CONTAINER_LOCAL":
+            for members in zip(*(parts[name] for name in rule.operators)):
+                links.append({op.id for op in members})
+    return links
 
 
 def _operator_attributes(spec: Any, name: str) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from typing import Any, Callable, Mapping
 
 from stram.common import attributes as attrs
 from stram.common.attributes import Scope, show
+from stram.master.spec.affinity import check_affinity
 from stram.master.spec.errors import SpecError
 from stram.master.spec.imports import class_ref, load_operator_class, resolve
 from stram.master.spec.limits import MAX_NAME_LENGTH, MAX_PARTITIONS
@@ -314,7 +315,7 @@ class Builder:
                         f"{up.name!r} has {_count(up.partitions, 'partition')} and "
                         f"{down.name!r} has {_count(down.partitions, 'partition')} (drop the "
                         f"locality or give both the same partitions)")
-
+        check_affinity(spec, self.error)
 
     def event_time(self, spec: SpecGraph) -> None:
         """Event time travels from its source: an operator property listed in the class's

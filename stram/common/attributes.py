@@ -18,6 +18,9 @@ __all__ = [
     "ATTRIBUTES",
     "ALIASES",
     "PROCESSING_MODES",
+    "AFFINITY_TYPES",
+    "AFFINITY_LOCALITIES",
+    "affinity_rule",
     "canonical_name",
     "coerce_attribute",
     "default",
@@ -48,10 +51,16 @@ class Kind(str, enum.Enum):
     STR_LIST = "str_list"
     #: A ``"module:function"`` reference.
     REF = "ref"
+    #: A list of placement rules (``AFFINITY_RULES``): mappings checked by :func:`affinity_rule`.
+    RULES = "rules"
 
 
 #: Values of ``PROCESSING_MODE``.
 PROCESSING_MODES = ("AT_LEAST_ONCE", "AT_MOST_ONCE", "EXACTLY_ONCE")
+#: Types and localities of an ``AFFINITY_RULES`` rule, and its keys.
+AFFINITY_TYPES = ("AFFINITY", "ANTI_AFFINITY")
+AFFINITY_LOCALITIES = ("NODE_LOCAL", "CONTAINER_LOCAL")
+AFFINITY_KEYS = ("type", "locality", "operators", "regex", "relax")
 
 _DAG = frozenset({Scope.DAG})
 _DAG_OP = frozenset({Scope.DAG, Scope.OPERATOR})
@@ -122,6 +131,8 @@ class Attribute:
             text = "a list of strings"
         elif self.kind is Kind.REF:
             text = "a 'module:function' reference"
+        elif self.kind is Kind.RULES:
+            text = "a list of rules {type, operators or regex, locality, relax}"
         else:
             text = "a non-empty string"
         if self.nullable:
@@ -152,6 +163,7 @@ class Attribute:
             Kind.CHOICE: self._coerce_choice,
             Kind.STR_LIST: self._coerce_str_list,
             Kind.REF: self._coerce_ref,
+            Kind.RULES: self._coerce_rules,
         }[self.kind]
         return convert(value)
 
@@ -212,6 +224,24 @@ class Attribute:
             return value.strip()
         raise self._bad(value)
 
+    def _coerce_rules(self, value: Any) -> list[dict[str, Any]]:
+        if isinstance(value, str):  # -D AFFINITY_RULES='[{type: ANTI_AFFINITY, operators: [a, b]}]'
+            try:
+                value = yaml.safe_load(value)
+            except yaml.YAMLError:
+                raise self._bad(value) from None
+        if value is None:
+            return []
+        if not isinstance(value, (list, tuple)):
+            raise self._bad(value)
+        rules = []
+        for i, item in enumerate(value):
+            try:
+                rules.append(affinity_rule(item))
+            except ValueError as exc:
+                raise ValueError(f"rule {i}: {exc}") from None
+        return rules
+
 
 def show(value: Any) -> str:
     """A short rendering of a value for error messages."""
@@ -221,6 +251,53 @@ def show(value: Any) -> str:
         return "true" if value else "false"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def affinity_rule(item: Any) -> dict[str, Any]:
+    """One ``AFFINITY_RULES`` rule checked and completed: ``type`` (AFFINITY or ANTI_AFFINITY),
+    ``locality`` (NODE_LOCAL, the default, or CONTAINER_LOCAL), ``operators`` (a list of operator
+    names) or ``regex`` (matched in full against the operator names), ``relax`` (default true).
+
+    Raises
+    ------
+    ValueError
+        What is wrong with it (the operators it names are checked with the spec's graph).
+    """
+    if not isinstance(item, dict):
+        raise ValueError(f"expected a mapping with type and operators or regex, got {show(item)}")
+    unknown = [k for k in item if k not in AFFINITY_KEYS]
+    if unknown:
+        raise ValueError(f"unknown key {show(unknown[0])} (known: {', '.join(AFFINITY_KEYS)})")
+    kind = item.get("type")
+    if not isinstance(kind, str) or kind.strip().upper() not in AFFINITY_TYPES:
+        raise ValueError(f"'type' must be one of {', '.join(AFFINITY_TYPES)}, got {show(kind)}")
+    locality = item.get("locality", "NODE_LOCAL")
+    if not isinstance(locality, str) or locality.strip().upper() not in AFFINITY_LOCALITIES:
+        raise ValueError(f"'locality' must be one of {', '.join(AFFINITY_LOCALITIES)}, got {show(locality)}")
+    relax = item.get("relax", True)
+    if not isinstance(relax, bool):
+        raise ValueError(f"'relax' must be true or false, got {show(relax)}")
+    rule: dict[str, Any] = {"type": kind.strip().upper(), "locality": locality.strip().upper()}
+    if ("operators" in item) == ("regex" in item):
+        raise ValueError("give either 'operators' (a list of operator names) or 'regex', not both or neither")
+    if "operators" in item:
+        names = item["operators"]
+        if isinstance(names, str):
+            names = [names]
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+            raise ValueError(f"'operators' must be a non-empty list of operator names, got {show(item['operators'])}")
+        if len(set(names)) != len(names):
+            raise ValueError(f"'operators' names an operator twice: {show(names)}")
+        rule["operators"] = list(names)
+    else:
+        regex = item["regex"]
+        try:
+            re.compile(regex)
+        except (re.error, TypeError) as exc:
+            raise ValueError(f"'regex' must be a regular expression, got {show(regex)} ({exc})") from None
+        rule["regex"] = regex
+    rule["relax"] = relax
+    return rule
 
 
 def _int(name: str, default: int | None, description: str, scopes: frozenset[Scope],
@@ -322,6 +399,14 @@ ATTRIBUTES: dict[str, Attribute] = _table(
     Attribute("PARTITION_PARALLEL", Kind.BOOL, False,
               "Partition the operator like the upstream operator feeding this input port "
               "(one partition per upstream partition, no unifier).", _IN),
+    Attribute("AFFINITY_RULES", Kind.RULES, [],
+              "Placement rules between operators: AFFINITY (same node, or CONTAINER_LOCAL: same "
+              "container) or ANTI_AFFINITY (distinct nodes) of the operators listed (or matching a "
+              "regex; one operator: its partitions), relax: false to fail rather than place otherwise "
+              "(docs/applications.md, Placement).", _DAG),
+    Attribute("NODE_LABEL", Kind.STR, None,
+              "YARN node label the operator's container must run on (a node label expression).", _OP,
+              nullable=True, null_means="any node"),
 )
 
 #: Other names accepted for an attribute: alias -> (attribute name, scopes of the alias).

@@ -2,7 +2,7 @@
 
 Every method takes ``name=`` (the operator's name; derived from the method
 when left out), ``partitions=`` and ``locality=`` (the locality of the stream
-into the new step: ``THREAD_LOCAL``, ``CONTAINER_LOCAL``, ``NODE_LOCAL``).
+into the new step: ``THREAD_LOCAL``, ``CONTAINER_LOCAL``, ``NODE_LOCAL``, ``RACK_LOCAL``).
 
 * :class:`Stream`: ``map``, ``filter``, ``flat_map``, ``map_batches``,
   ``inspect``, ``branch``, ``union``, ``key_by``, ``write_jsonl``,

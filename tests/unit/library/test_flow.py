@@ -194,6 +194,23 @@ def test_names_are_derived_deterministically_around_the_given_ones():
     assert list(build()["operators"]) == list(spec["operators"])
 
 
+def test_placement_localities_rules_and_labels_reach_the_spec():
+    rules = [{"type": "ANTI_AFFINITY", "operators": ["count"]}, {"type": "AFFINITY", "regex": "read|upper"}]
+    flow = Flow("placed", attributes={"AFFINITY_RULES": rules})
+    lines = flow.read_lines("x", name="read")
+    lines.map(str.upper, name="upper", locality="NODE_LOCAL").to(
+        KeyCounter, name="count", partitions=2, locality="rack_local").write_jsonl("o")
+    spec = flow.compile(["operators.count.attributes.NODE_LABEL=ssd"])
+    assert (spec.streams["read"].locality, spec.streams["upper"].locality) == ("NODE_LOCAL", "RACK_LOCAL")
+    assert [r["operators" if "operators" in r else "regex"] for r in spec.attribute("AFFINITY_RULES")] == \
+        [["count"], "read|upper"]
+    assert spec.attribute("NODE_LABEL", "count") == "ssd"
+    bad = Flow("bad", attributes={"AFFINITY_RULES": [{"type": "ANTI_AFFINITY", "operators": ["nope", "x"]}]})
+    bad.read_lines("x", name="x").write_jsonl("o")
+    with pytest.raises(SpecError, match="unknown operator 'nope'"):
+        bad.compile()
+
+
 def test_branch_union_and_to_wire_their_ports():
     flow = Flow("b")
     yes, no = flow.read_lines("x").branch(lambda line: line.startswith("#"))
