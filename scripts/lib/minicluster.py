@@ -388,7 +388,7 @@ def cluster_of(state: str, info: dict[str, str] | None = None) -> minicluster_no
 
 def start(args: argparse.Namespace) -> int:
     state = state_dir()
-    nodes = args.nodes or 1
+    nodes = 1 if args.nodes is None else args.nodes
     if not 1 <= nodes <= minicluster_nodes.MAX_NODES:
         raise Error(f"--nodes must be 1 to {minicluster_nodes.MAX_NODES}, not {nodes}")
     if nodes > 1 and args.secure:
@@ -455,12 +455,12 @@ def start(args: argparse.Namespace) -> int:
             stop(argparse.Namespace(grace=10.0))
             raise
         jvm.write_properties(props, info)
-        where = f"{nodes} NodeManagers {info['nodes']}"
+        where = f"{nodes} NodeManagers {info['nodes']}, each"
     else:
         where = f"NodeManager {info['nodemanager.address']}"
     say(f"up in {time.monotonic() - started:.1f}s: HDFS {info['fs.defaultFS']}, ResourceManager "
         f"{info['resourcemanager.address']} (web {info['resourcemanager.webapp']}), "
-        f"{where} ({args.memory_mb} MB, {args.vcores} vcores each)")
+        f"{where} {args.memory_mb} MB, {args.vcores} vcores")
     if info.get("kerberos.principal"):  # the user's ticket, in a cache of the cluster's own
         cache = f"FILE:{os.path.join(kerberos_dir(state), 'ccache')}"
         kinit = subprocess.run(["kinit", "-kt", info["kerberos.keytab"], info["kerberos.principal"]],
