@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
+import subprocess
 import time
 from collections.abc import Callable
 from xml.etree import ElementTree
@@ -163,7 +164,7 @@ def address(c: Cluster, host: str) -> str:
     return _read_site(os.path.join(node_dir(c.state, host), "conf", "yarn-site.xml"))["yarn.nodemanager.address"]
 
 
-def spawn(c: Cluster, host: str) -> tuple[object, int]:
+def spawn(c: Cluster, host: str) -> tuple[subprocess.Popen, int]:
     """Start the node's NodeManager: (its process, the offset of its log where this start begins)."""
     home = node_dir(c.state, host)
     log = log_path(c.state, host)
@@ -174,25 +175,37 @@ def spawn(c: Cluster, host: str) -> tuple[object, int]:
     return jvm.spawn(cmd, home, log, env=dict(c.env, **{NODE_VAR: host})), offset
 
 
-def _registered(log: str, offset: int, host: str) -> bool:
+def _logged(log: str, offset: int, text: str) -> bool:
+    """Whether the log past ``offset`` has ``text``."""
     try:
         with open(log, "rb") as f:
             f.seek(offset)
-            return f"{REGISTERED}{host}:".encode() in f.read()
+            return text.encode() in f.read()
     except OSError:
         return False
 
 
-def wait_registered(c: Cluster, started: dict[str, tuple[object, int]], deadline: float) -> None:
-    """Until every node of ``started`` (host -> (process, log offset)) registered and is RUNNING."""
+def wait_registered(c: Cluster, started: dict[str, tuple[subprocess.Popen, int]], deadline: float,
+                    respawn: Callable[[str], tuple[subprocess.Popen, int]] | None = None) -> None:
+    """Until every node of ``started`` (host -> (process, log offset)) registered and is RUNNING.
+
+    ``respawn(host)``: start a node again that exited because a port picked for it was taken
+    before it bound it (another process's, in between); at most twice a node.
+    """
     waiting = dict(started)
+    tries = dict.fromkeys(started, 0)
     while waiting:
         for host, (proc, offset) in list(waiting.items()):
             log = log_path(c.state, host)
+            if proc.poll() is not None and respawn and tries[host] < 2 and _logged(log, offset, "BindException"):
+                tries[host] += 1
+                c.say(f"a port picked for node {host} was taken before it bound; starting it on new ones")
+                waiting[host] = respawn(host)
+                continue
             if proc.poll() is not None:
                 raise Error(f"the NodeManager of {host} exited with code {proc.returncode}; the end of {log}:\n  "
                             + "\n  ".join(jvm.tail(log, 20)))
-            if _registered(log, offset, host):
+            if _logged(log, offset, f"{REGISTERED}{host}:"):
                 del waiting[host]
         if not waiting:
             break
@@ -215,12 +228,13 @@ def wait_registered(c: Cluster, started: dict[str, tuple[object, int]], deadline
 def start_all(c: Cluster, count: int, memory_mb: int, vcores: int, log4j: str, deadline: float) -> dict[str, str]:
     """Configure and start ``count`` NodeManagers; the cluster.properties entries that name them."""
     props = {"nodes": " ".join(hosts(count))}
-    started = {}
-    for host in hosts(count):
+
+    def launch(host: str) -> tuple[subprocess.Popen, int]:
         props[f"nodemanager.{host}.address"] = configure(c, host, memory_mb, vcores, log4j)
         props[f"nodemanager.{host}.rack"] = rack(host)
-        started[host] = spawn(c, host)
-    wait_registered(c, started, deadline)
+        return spawn(c, host)
+
+    wait_registered(c, {host: launch(host) for host in hosts(count)}, deadline, launch)
     return props
 
 
