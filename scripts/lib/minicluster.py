@@ -454,6 +454,7 @@ def start(args: argparse.Namespace) -> int:
         except BaseException:
             stop(argparse.Namespace(grace=10.0))
             raise
+        info["startup.seconds"] = f"{time.monotonic() - started:.1f}s"
         jvm.write_properties(props, info)
         where = f"{nodes} NodeManagers {info['nodes']}, each"
     else:
