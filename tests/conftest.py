@@ -88,6 +88,8 @@ def read_counts(out_dir: pathlib.Path | str) -> tuple[Counter, dict[str, int], l
 
 # the session's mini Hadoop cluster (./scripts/minicluster), for the tests that need YARN or HDFS
 from hadoop import minicluster, minicluster_driver, on_minicluster  # noqa: E402,F401
+# ... and a cluster of three NodeManager processes, for the tests of many nodes
+from hadoop import multinode, multinode_driver, on_multinode  # noqa: E402,F401
 # the session's Kafka broker (./scripts/kafka), for the Kafka connector tests
 from kafka_fixture import kafka, on_kafka  # noqa: E402,F401
 # a headless Chromium (Debian's, through Playwright), for the console's browser tests

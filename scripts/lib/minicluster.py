@@ -8,6 +8,11 @@
     ./scripts/minicluster restart-namenode --down-seconds 5   # HDFS trouble, on purpose
     ./scripts/minicluster stop
 
+    eval "$(./scripts/minicluster start --nodes 3)"   # 3 NodeManagers, 127.0.0.2-4; STRAM_MINICLUSTER_NODES
+    ./scripts/minicluster kill-node 127.0.0.3     # a machine lost: its NodeManager and containers, SIGKILL
+    ./scripts/minicluster start-node 127.0.0.3    # back (same ports, NodeManager recovery)
+    ./scripts/minicluster restart-rm              # work-preserving ResourceManager restart
+
 A NameNode + DataNode (``MiniDFSCluster``) and a ResourceManager + NodeManager
 (``MiniYARNCluster``) run in one JVM (scripts/minicluster-jvm/MiniCluster.java),
 as the current user, on free ports of 127.0.0.1. The first start fetches the
@@ -23,6 +28,15 @@ HDFS and YARN directories) lives in ``$STRAM_MINICLUSTER_DIR`` (default
 ``~/.cache/stram/minicluster``); the cache in ``$STRAM_CACHE`` (default
 ``~/.cache/stram``). ``stop`` stops the JVM (the NodeManager kills its
 containers first) and then any process the cluster started that is still left.
+
+``start --nodes N`` (N >= 2) makes a cluster of N nodes: the JVM runs HDFS with
+two DataNodes and the ResourceManager (work-preserving recovery, its state in
+LevelDB under ``work/``, a node silent for 10 s is LOST, racks /rack1 and
+/rack2 alternately), and each NodeManager is a process of its own on
+127.0.0.(k+1), k = 1..N, with fixed ports; ``kill-node``, ``start-node`` and
+``restart-rm`` are the faults of such a cluster, and ``status`` lists its
+nodes (lib/minicluster_nodes.py says how). Without ``--nodes`` the cluster is
+the one-JVM cluster above. Every server listens on a 127.0.0.x address.
 
 ``restart-namenode`` stops the running cluster's NameNode, keeps it down for
 ``--down-seconds``, and starts it again on the same ports (clients reconnect);
@@ -52,7 +66,7 @@ import tarfile
 import tempfile
 import time
 
-from . import jvm
+from . import jvm, minicluster_nodes
 from .jvm import Error
 
 JVM_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "minicluster-jvm")
@@ -326,6 +340,8 @@ def exports(state: str, home: str, jhome: str) -> str:
              f"export HADOOP_HOME={shlex.quote(home)}",
              f"export PATH={shlex.quote(os.pathsep.join([bin_dir, *path]))}"]
     info = jvm.read_properties(os.path.join(conf_dir(state), "cluster.properties")) or {}
+    if info.get("nodes"):
+        lines.append(f"export STRAM_MINICLUSTER_NODES={shlex.quote(info['nodes'])}")
     if info.get("kerberos.principal"):  # a secure cluster: its KDC, a ticket cache, the user's keytab
         env = dict(kerberos_env(state), KRB5CCNAME=f"FILE:{os.path.join(kerberos_dir(state), 'ccache')}",
                    STRAM_YARN_PRINCIPAL=info["kerberos.principal"], STRAM_YARN_KEYTAB=info["kerberos.keytab"])
@@ -354,11 +370,35 @@ def node_env(state: str, home: str, jhome: str, secure: bool = False) -> dict[st
 BIND_ATTEMPTS = 3
 
 
+def java_command(home: str, jhome: str) -> list[str]:
+    """java and the options of the cluster's JVMs, up to the classpath."""
+    return [os.path.join(jhome, "bin", "java"), *jvm.JAVA_LIGHT, *JAVA_OPENS, f"-Dhadoop.home.dir={home}"]
+
+
+def cluster_of(state: str, info: dict[str, str] | None = None) -> minicluster_nodes.Cluster:
+    """The running cluster as lib/minicluster_nodes.py needs it; an Error when it is not running."""
+    info = info or running(state)
+    if not info:
+        raise Error(f"the mini cluster is not running (state directory {state}): ./scripts/minicluster start")
+    home, jhome = hadoop_home(), jvm.jdk_home(JAVA_VERSIONS)
+    return minicluster_nodes.Cluster(state, info, java_command(home, jhome), conf_dir(state),
+                                     os.path.join(home, "jars"), node_env(state, home, jhome),
+                                     lambda: running(state) is not None, say)
+
+
 def start(args: argparse.Namespace) -> int:
     state = state_dir()
+    nodes = 1 if args.nodes is None else args.nodes
+    if not 1 <= nodes <= minicluster_nodes.MAX_NODES:
+        raise Error(f"--nodes must be 1 to {minicluster_nodes.MAX_NODES}, not {nodes}")
+    if nodes > 1 and args.secure:
+        raise Error("--secure runs on one node only: leave out --nodes or --secure")
     home, jhome, classes = prepare()
     info = running(state)
     if info:
+        have = len(info.get("nodes", "").split()) or 1
+        if args.nodes and args.nodes != have:
+            raise Error(f"a cluster of {have} node(s) already runs in {state}: ./scripts/minicluster stop first")
         say(f"already running (pid {jvm.read_pid(state)}): {info.get('fs.defaultFS')}, ResourceManager "
             f"{info.get('resourcemanager.address')}")
         print(exports(state, home, jhome))
@@ -376,10 +416,14 @@ def start(args: argparse.Namespace) -> int:
         f.write(LOG4J)
     jars = os.path.join(home, "jars")
     app_classpath = f"{conf},{os.path.join(jars, '*')}"
-    cmd = [os.path.join(jhome, "bin", "java"), f"-Xmx{args.heap}", *jvm.JAVA_LIGHT, *JAVA_OPENS,
-           f"-Dhadoop.home.dir={home}", f"-Djava.io.tmpdir={os.path.join(state, 'work', 'tmp')}",
+    cmd = [*java_command(home, jhome), f"-Xmx{args.heap}",
+           f"-Djava.io.tmpdir={os.path.join(state, 'work', 'tmp')}",
            "-cp", os.pathsep.join([classes, os.path.join(jars, "*")]), MAIN_CLASS,
            conf, os.path.join(state, "work"), str(args.memory_mb), str(args.vcores), app_classpath]
+    if nodes > 1:
+        table = os.path.join(conf, "topology.table")
+        minicluster_nodes.write_topology(table, nodes)
+        cmd += [str(nodes), table]
     os.makedirs(os.path.join(state, "work", "tmp"))
     log_path = os.path.join(state, "logs", "minicluster.log")
     started = time.monotonic()
@@ -403,9 +447,21 @@ def start(args: argparse.Namespace) -> int:
             say(f"a port picked for the cluster was taken before it bound (BindException); "
                 f"starting again ({attempt + 1}/{BIND_ATTEMPTS})")
     info = jvm.read_properties(props)
+    if nodes > 1:
+        try:
+            info.update(minicluster_nodes.start_all(cluster_of(state, info), nodes, args.memory_mb, args.vcores,
+                                                    LOG4J, deadline))
+        except BaseException:
+            stop(argparse.Namespace(grace=10.0))
+            raise
+        info["startup.seconds"] = f"{time.monotonic() - started:.1f}s"
+        jvm.write_properties(props, info)
+        where = f"{nodes} NodeManagers {info['nodes']}, each"
+    else:
+        where = f"NodeManager {info['nodemanager.address']}"
     say(f"up in {time.monotonic() - started:.1f}s: HDFS {info['fs.defaultFS']}, ResourceManager "
         f"{info['resourcemanager.address']} (web {info['resourcemanager.webapp']}), "
-        f"NodeManager {info['nodemanager.address']} ({args.memory_mb} MB, {args.vcores} vcores)")
+        f"{where} {args.memory_mb} MB, {args.vcores} vcores")
     if info.get("kerberos.principal"):  # the user's ticket, in a cache of the cluster's own
         cache = f"FILE:{os.path.join(kerberos_dir(state), 'ccache')}"
         kinit = subprocess.run(["kinit", "-kt", info["kerberos.keytab"], info["kerberos.principal"]],
@@ -451,6 +507,8 @@ def leftovers(state: str, kill: bool) -> list[int]:
 
 def stop(args: argparse.Namespace) -> int:
     state = state_dir()
+    info = jvm.read_properties(os.path.join(conf_dir(state), "cluster.properties"))
+    minicluster_nodes.stop_all(state, info.get("nodes", "").split(), min(args.grace, 15.0), say)
     jvm.stop_jvm(state, args.grace, say)
     left = leftovers(state, kill=True)
     if left:
@@ -468,8 +526,12 @@ def status(args: argparse.Namespace) -> int:
     print(f"running (pid {jvm.read_pid(state)}, state directory {state})")
     for key in ("fs.defaultFS", "namenode.http", "resourcemanager.address", "resourcemanager.webapp",
                 "nodemanager.address", "startup.seconds"):
-        print(f"  {key}: {info.get(key)}")
+        if key in info:
+            print(f"  {key}: {info.get(key)}")
     print(f"  HADOOP_CONF_DIR: {conf_dir(state)}")
+    if info.get("nodes"):
+        print("  nodes (host, rack, process, NodeManager pid, address, state in the ResourceManager):")
+        print("\n".join(minicluster_nodes.status_lines(cluster_of(state, info))))
     return 0
 
 
@@ -481,33 +543,10 @@ def restart_namenode(args: argparse.Namespace) -> int:
         raise Error(f"the mini cluster is not running (state directory {state}): ./scripts/minicluster start")
     if args.down_seconds < 0:
         raise Error(f"--down-seconds must be 0 or more, not {args.down_seconds:g}")
-    control = info.get("control.dir")
-    if not control:
-        raise Error("this cluster's JVM takes no commands (started by an older ./scripts/minicluster): "
-                    "restart it with ./scripts/minicluster stop; ./scripts/minicluster start")
-    name = f"{time.time_ns()}-{os.getpid()}"
-    cmd, done = os.path.join(control, name + ".cmd"), os.path.join(control, name + ".done")
-    with open(cmd + ".tmp", "w") as f:
-        f.write(f"restart-namenode {int(args.down_seconds * 1000)}\n")
-    os.replace(cmd + ".tmp", cmd)
     started = time.monotonic()
     say(f"restarting the NameNode of {info.get('fs.defaultFS')}, down for {args.down_seconds:g}s")
-    deadline = started + args.down_seconds + args.timeout
-    while not os.path.isfile(done):
-        if not running(state):
-            raise Error("the mini cluster's JVM exited while restarting the NameNode; see "
-                        + os.path.join(state, "logs", "minicluster.log"))
-        if time.monotonic() > deadline:
-            jvm.remove(cmd)
-            raise Error(f"the NameNode was not back after {time.monotonic() - started:.0f}s; see "
-                        + os.path.join(state, "logs", "minicluster.log"))
-        time.sleep(0.1)
-    with open(done) as f:
-        answer = f.read().strip()
-    jvm.remove(done)
-    status_word, _, detail = answer.partition(" ")
-    if status_word != "ok":
-        raise Error(f"restarting the NameNode failed: {detail}")
+    detail = minicluster_nodes.ask(cluster_of(state, info), f"restart-namenode {int(args.down_seconds * 1000)}",
+                                   args.down_seconds + args.timeout, "restarting the NameNode")
     say(f"{detail}; {time.monotonic() - started:.1f}s in all")
     return 0
 
@@ -530,6 +569,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--vcores", type=int, default=int(os.environ.get("STRAM_MINICLUSTER_VCORES", 8)),
                    help="the NodeManager's vcores (default 8)")
     p.add_argument("--heap", default="1g", help="the cluster JVM's -Xmx (default 1g)")
+    p.add_argument("--nodes", type=int, default=None, metavar="N",
+                   help="N NodeManagers, each a process on 127.0.0.2, 127.0.0.3, ... (default: 1, in the JVM); "
+                        "--memory-mb and --vcores are each node's")
     p.add_argument("--secure", action="store_true",
                    default=os.environ.get("STRAM_MINICLUSTER_SECURE") == "1",
                    help="Kerberos: a MiniKdc, and HDFS and YARN in secure mode; the exports add the "
@@ -547,6 +589,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=120.0,
                    help="seconds to wait for it to come back, beyond the down time (default 120)")
     p.set_defaults(func=restart_namenode)
+    minicluster_nodes.add_commands(sub, lambda: cluster_of(state_dir()))
     sub.add_parser("env", help="print the export lines of the running cluster").set_defaults(func=env_command)
     sub.add_parser("prepare", help="fetch and build what a start needs, without starting").set_defaults(
         func=lambda a: (prepare(), 0)[1])

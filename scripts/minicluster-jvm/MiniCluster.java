@@ -23,9 +23,12 @@ import org.apache.hadoop.hdfs.HdfsConfiguration;
 import org.apache.hadoop.hdfs.MiniDFSCluster;
 import org.apache.hadoop.minikdc.MiniKdc;
 import org.apache.hadoop.security.UserGroupInformation;
+import org.apache.hadoop.yarn.api.records.NodeId;
 import org.apache.hadoop.yarn.api.records.NodeState;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.apache.hadoop.yarn.server.MiniYARNCluster;
+import org.apache.hadoop.yarn.server.resourcemanager.RMContext;
+import org.apache.hadoop.yarn.server.resourcemanager.rmnode.RMNode;
 
 import sun.misc.Signal;
 
@@ -34,7 +37,13 @@ import sun.misc.Signal;
  * ResourceManager + NodeManager (MiniYARNCluster) in this one JVM, as the
  * current user, on free loopback ports.
  *
- * <pre>java stram.MiniCluster CONF_DIR WORK_DIR NM_MEMORY_MB NM_VCORES APP_CLASSPATH</pre>
+ * <pre>java stram.MiniCluster CONF_DIR WORK_DIR NM_MEMORY_MB NM_VCORES APP_CLASSPATH [NODES TOPOLOGY_TABLE]</pre>
+ *
+ * With NODES (more than 1) the cluster is one of several nodes: two DataNodes
+ * and the ResourceManager alone (work-preserving recovery, a LevelDB state store
+ * under WORK_DIR, a short NodeManager liveness expiry, racks from the
+ * TableMapping file TOPOLOGY_TABLE); ./scripts/minicluster starts the NODES
+ * NodeManagers as processes of their own once CONF_DIR/cluster.properties is there.
  *
  * Once HDFS is up and the ResourceManager reports a running NodeManager it
  * writes core-site.xml, hdfs-site.xml and yarn-site.xml into CONF_DIR (every
@@ -46,9 +55,14 @@ import sun.misc.Signal;
  * <p>While it runs it takes commands through files: WORK_DIR/control/NAME.cmd
  * (written atomically) holds one command line; the answer is written to
  * WORK_DIR/control/NAME.done ("ok ..." or "error ..."), then the .cmd file is
- * removed. The one command is {@code restart-namenode DOWN_MILLIS}: stop the
+ * removed. The commands: {@code restart-namenode DOWN_MILLIS}: stop the
  * NameNode, keep it down for DOWN_MILLIS, start it again on the same ports (its
- * clients reconnect) and wait until it is out of safe mode.
+ * clients reconnect) and wait until it is out of safe mode;
+ * {@code restart-rm NODES TIMEOUT_MILLIS}: stop the ResourceManager and start it
+ * again on the same ports (it recovers its applications from the state store),
+ * then wait until NODES NodeManagers are RUNNING in it again;
+ * {@code nodes}: the NodeManagers the ResourceManager knows, one
+ * "HOST:PORT STATE RACK" per line after "ok".
  */
 public final class MiniCluster {
 
@@ -74,8 +88,9 @@ public final class MiniCluster {
   }
 
   private static void run(String[] args) throws Exception {
-    if (args.length != 5) {
-      System.err.println("usage: stram.MiniCluster CONF_DIR WORK_DIR NM_MEMORY_MB NM_VCORES APP_CLASSPATH");
+    if (args.length != 5 && args.length != 7) {
+      System.err.println("usage: stram.MiniCluster CONF_DIR WORK_DIR NM_MEMORY_MB NM_VCORES APP_CLASSPATH "
+          + "[NODES TOPOLOGY_TABLE]");
       System.exit(2);
     }
     File confDir = new File(args[0]).getAbsoluteFile();
@@ -83,6 +98,8 @@ public final class MiniCluster {
     int nmMemory = Integer.parseInt(args[2]);
     int nmVcores = Integer.parseInt(args[3]);
     String appClasspath = args[4];
+    int nodes = args.length == 7 ? Integer.parseInt(args[5]) : 1;
+    boolean multi = nodes > 1;
     confDir.mkdirs();
     workDir.mkdirs();
     long started = System.nanoTime();
@@ -160,13 +177,19 @@ public final class MiniCluster {
     }
 
     MiniDFSCluster dfs = new MiniDFSCluster.Builder(conf, new File(workDir, "dfs"))
-        .numDataNodes(1).format(true).build();
+        .numDataNodes(multi ? 2 : 1).format(true).build();
     dfs.waitActive();
     String fsUri = "hdfs://localhost:" + dfs.getNameNodePort();
     conf.set("fs.defaultFS", fsUri);
     log("HDFS up at " + fsUri + " after " + seconds(started));
 
-    MiniYARNCluster yarn = new MiniYARNCluster("stram", 1, 1, 1);
+    Map<String, String> clientExtra = new TreeMap<>();
+    if (multi) {
+      clientExtra = severalNodes(conf, workDir, args[6]);
+    }
+    // several nodes: the NodeManagers are processes of their own, this JVM runs none
+    int ownNodes = multi ? 0 : 1;
+    MiniYARNCluster yarn = new MiniYARNCluster("stram", ownNodes, 1, 1);
     // SIGTERM/SIGINT stop the cluster in order from this thread (Hadoop's own
     // shutdown hooks would race a stop done in a JVM shutdown hook)
     final CountDownLatch stop = new CountDownLatch(1);
@@ -180,7 +203,7 @@ public final class MiniCluster {
     while (port(yconf.get(YarnConfiguration.RM_ADDRESS)) == 0
         || port(yconf.get(YarnConfiguration.RM_SCHEDULER_ADDRESS)) == 0
         || port(yconf.get(YarnConfiguration.RM_WEBAPP_ADDRESS)) == 0
-        || runningNodes(yarn) < 1) {
+        || runningNodes(yarn) < ownNodes) {
       if (System.nanoTime() > deadline) {
         throw new IllegalStateException("YARN did not come up within 120 s (RM "
             + yconf.get(YarnConfiguration.RM_ADDRESS) + ", running nodes " + runningNodes(yarn) + ")");
@@ -188,16 +211,18 @@ public final class MiniCluster {
       Thread.sleep(100);
     }
     log("YARN up: ResourceManager " + yconf.get(YarnConfiguration.RM_ADDRESS) + ", web "
-        + yconf.get(YarnConfiguration.RM_WEBAPP_ADDRESS) + ", 1 NodeManager running, after "
+        + yconf.get(YarnConfiguration.RM_WEBAPP_ADDRESS) + ", " + ownNodes + " NodeManager(s) in this JVM, after "
         + seconds(started));
 
-    writeSites(yconf, defaults, confDir);
+    writeSites(yconf, defaults, confDir, clientExtra);
     Map<String, String> info = new TreeMap<>();
     info.put("fs.defaultFS", fsUri);
     info.put("namenode.http", "http://localhost:" + dfs.getNameNode().getHttpAddress().getPort());
     info.put("resourcemanager.address", yconf.get(YarnConfiguration.RM_ADDRESS));
     info.put("resourcemanager.webapp", "http://" + yconf.get(YarnConfiguration.RM_WEBAPP_ADDRESS));
-    info.put("nodemanager.address", yarn.getNodeManager(0).getNMContext().getNodeId().toString());
+    if (!multi) {
+      info.put("nodemanager.address", yarn.getNodeManager(0).getNMContext().getNodeId().toString());
+    }
     info.put("work.dir", workDir.getPath());
     info.put("pid", Long.toString(ProcessHandle.current().pid()));
     info.put("startup.seconds", seconds(started));
@@ -212,7 +237,7 @@ public final class MiniCluster {
     writeAtomically(new File(confDir, "cluster.properties"), props.toString());
     log("ready");
     while (!stop.await(200, TimeUnit.MILLISECONDS)) {
-      serveControl(control, dfs);
+      serveControl(control, dfs, yarn);
     }
     log("stopping YARN (the NodeManager kills its containers)");
     try {
@@ -230,7 +255,7 @@ public final class MiniCluster {
   }
 
   /** Runs the commands waiting in the control directory (see the class comment), oldest name first. */
-  private static void serveControl(File control, MiniDFSCluster dfs) {
+  private static void serveControl(File control, MiniDFSCluster dfs, MiniYARNCluster yarn) {
     File[] commands = control.listFiles((dir, name) -> name.endsWith(".cmd"));
     if (commands == null || commands.length == 0) {
       return;
@@ -241,7 +266,7 @@ public final class MiniCluster {
       String answer;
       try {
         String[] words = new String(Files.readAllBytes(cmd.toPath()), StandardCharsets.UTF_8).trim().split("\\s+");
-        answer = "ok " + runCommand(words, dfs);
+        answer = "ok " + runCommand(words, dfs, yarn);
       } catch (Throwable t) {
         log("command " + name + " failed: " + t);
         answer = "error " + t;
@@ -255,7 +280,39 @@ public final class MiniCluster {
     }
   }
 
-  private static String runCommand(String[] words, MiniDFSCluster dfs) throws Exception {
+  private static String runCommand(String[] words, MiniDFSCluster dfs, MiniYARNCluster yarn) throws Exception {
+    if (words.length == 1 && words[0].equals("nodes")) {
+      // the inactive (LOST, SHUTDOWN, ...) first: a node that registered again is in both, active last
+      StringBuilder out = new StringBuilder();
+      RMContext context = yarn.getResourceManager().getRMContext();
+      for (Map<NodeId, RMNode> nodes : Arrays.asList(context.getInactiveRMNodes(), context.getRMNodes())) {
+        for (RMNode node : nodes.values()) {
+          out.append('\n').append(node.getNodeID()).append(' ').append(node.getState()).append(' ')
+              .append(node.getRackName());
+        }
+      }
+      return out.toString();
+    }
+    if (words.length == 3 && words[0].equals("restart-rm")) {
+      int expect = Integer.parseInt(words[1]);
+      long timeout = Long.parseLong(words[2]);
+      long begun = System.nanoTime();
+      log("restarting the ResourceManager; then waiting for " + expect + " NodeManager(s)");
+      yarn.restartResourceManager(0);
+      long up = System.nanoTime();
+      long deadline = up + timeout * 1_000_000L;
+      while (runningNodes(yarn) < expect) {
+        if (System.nanoTime() > deadline) {
+          throw new IllegalStateException("the ResourceManager is back, but only " + runningNodes(yarn) + " of "
+              + expect + " NodeManagers re-registered within " + timeout + " ms");
+        }
+        Thread.sleep(100);
+      }
+      String done = "ResourceManager restarted in " + String.format("%.1fs", (up - begun) / 1e9) + ", "
+          + expect + " NodeManager(s) RUNNING again " + seconds(up) + " later";
+      log(done);
+      return done;
+    }
     if (words.length == 2 && words[0].equals("restart-namenode")) {
       long down = Long.parseLong(words[1]);
       int port = dfs.getNameNodePort();
@@ -272,6 +329,32 @@ public final class MiniCluster {
       return done;
     }
     throw new IllegalArgumentException("unknown command: " + String.join(" ", words));
+  }
+
+  /**
+   * The ResourceManager of a cluster of several NodeManager processes: recovery (work-preserving, its
+   * state in LevelDB under WORK_DIR), a NodeManager silent for 10 s is LOST, racks from a
+   * TableMapping file, and clients that retry a restarting ResourceManager every second (instead of
+   * every 30 s). Returns the settings clients must share with it (the topology: an application
+   * master resolves the racks of the hosts it asks for as the ResourceManager does).
+   */
+  private static Map<String, String> severalNodes(Configuration conf, File workDir, String table) {
+    conf.setBoolean(YarnConfiguration.RECOVERY_ENABLED, true);
+    conf.setBoolean(YarnConfiguration.RM_WORK_PRESERVING_RECOVERY_ENABLED, true);
+    conf.set(YarnConfiguration.RM_STORE,
+        "org.apache.hadoop.yarn.server.resourcemanager.recovery.LeveldbRMStateStore");
+    conf.set(YarnConfiguration.RM_LEVELDB_STORE_PATH, new File(workDir, "yarn/rm-state").getPath());
+    // after a restart the scheduler waits this long for the nodes to report their containers
+    conf.setInt(YarnConfiguration.RM_WORK_PRESERVING_RECOVERY_SCHEDULING_WAIT_MS, 3000);
+    conf.setInt(YarnConfiguration.RM_NM_EXPIRY_INTERVAL_MS, 10_000);
+    conf.setInt(YarnConfiguration.RESOURCEMANAGER_CONNECT_RETRY_INTERVAL_MS, 1000);
+    Map<String, String> topology = new TreeMap<>();
+    topology.put("net.topology.node.switch.mapping.impl", "org.apache.hadoop.net.TableMapping");
+    topology.put("net.topology.table.file.name", table);
+    for (Map.Entry<String, String> e : topology.entrySet()) {
+      conf.set(e.getKey(), e.getValue());
+    }
+    return topology;
   }
 
   /**
@@ -365,8 +448,12 @@ public final class MiniCluster {
     return Integer.parseInt(hostPort.substring(hostPort.lastIndexOf(':') + 1));
   }
 
-  /** Every setting that differs from Hadoop's defaults: dfs.* to hdfs-site, yarn.* to yarn-site, the rest to core-site. */
-  private static void writeSites(Configuration conf, Configuration defaults, File dir) throws IOException {
+  /**
+   * Every setting that differs from Hadoop's defaults: dfs.* to hdfs-site, yarn.* to yarn-site, the rest
+   * to core-site, and EXTRA (settings clients share with the servers) to core-site.
+   */
+  private static void writeSites(Configuration conf, Configuration defaults, File dir, Map<String, String> extra)
+      throws IOException {
     Configuration core = new Configuration(false);
     Configuration hdfs = new Configuration(false);
     Configuration yarn = new Configuration(false);
@@ -383,6 +470,9 @@ public final class MiniCluster {
       } else {
         core.set(key, value);
       }
+    }
+    for (Map.Entry<String, String> e : extra.entrySet()) {
+      core.set(e.getKey(), e.getValue());
     }
     writeConf(core, new File(dir, "core-site.xml"));
     writeConf(hdfs, new File(dir, "hdfs-site.xml"));

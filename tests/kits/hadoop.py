@@ -2,7 +2,13 @@
 
 ``minicluster`` (session scope) starts HDFS and YARN once, in a private state
 directory, for the tests that ask for it, and stops it at the end of the
-session, checking that no process of the cluster is left. ``on_minicluster``
+session, checking that no process of the cluster is left. ``multinode``
+(session scope too, a state directory of its own) is a cluster of three
+NodeManager processes on 127.0.0.2-4 (``start --nodes 3``) with its faults:
+``kill_node(host)``, ``start_node(host)``, ``restart_rm()``, and ``nodes()``;
+``on_multinode`` is ``on_minicluster`` for it. A test that kills a node or
+restarts the ResourceManager leaves all nodes RUNNING at its end (others share
+the cluster). ``on_minicluster``
 (per test) puts the cluster into the test's environment as a user's shell would
 have it after ``eval "$(./scripts/minicluster start)"`` -- HADOOP_CONF_DIR,
 JAVA_HOME, HADOOP_HOME, PATH with ``yarn`` and ``hdfs`` -- plus a globbed
@@ -25,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from typing import Iterator
 
@@ -100,20 +107,81 @@ class MiniCluster:
         self.hdfs("-get", path, str(local))
         return pathlib.Path(local)
 
+    def script(self, *args: str, timeout: float = 180) -> str:
+        """``./scripts/minicluster ARGS`` for this cluster; its report (stderr). AssertionError when it fails."""
+        env = dict(os.environ, STRAM_MINICLUSTER_DIR=str(self.state))
+        proc = subprocess.run([sys.executable, str(SCRIPT), *args], env=env, capture_output=True, text=True,
+                              timeout=timeout)
+        if proc.returncode != 0:
+            raise AssertionError(f"{args[0]} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+        return proc.stderr.strip()
+
     def restart_namenode(self, down_seconds: float = 0.0, timeout: float = 180) -> str:
         """``./scripts/minicluster restart-namenode --down-seconds S``: back on the same port; its report."""
-        env = dict(os.environ, STRAM_MINICLUSTER_DIR=str(self.state))
-        proc = subprocess.run([sys.executable, str(SCRIPT), "restart-namenode", "--down-seconds",
-                               str(down_seconds)], env=env, capture_output=True, text=True, timeout=timeout)
-        if proc.returncode != 0:
-            raise AssertionError(f"restart-namenode exited {proc.returncode}:\n{proc.stderr[-3000:]}")
-        return proc.stderr.strip()
+        return self.script("restart-namenode", "--down-seconds", str(down_seconds), timeout=timeout)
 
     def new_dir(self, prefix: str = "test") -> str:
         """A new, empty HDFS directory path (no scheme) for one test."""
         path = f"/tests/{prefix}-{uuid.uuid4().hex[:8]}"
         self.hdfs("-mkdir", "-p", path)
         return path
+
+
+class MultiNode(MiniCluster):
+    """A cluster of several NodeManager processes (``./scripts/minicluster start --nodes N``) and its faults."""
+
+    def __init__(self, state: pathlib.Path, env: dict[str, str], start_seconds: float) -> None:
+        super().__init__(state, env, start_seconds)
+        #: the nodes' hosts, ``127.0.0.2 ...`` (STRAM_MINICLUSTER_NODES of the exports)
+        self.hosts = env["STRAM_MINICLUSTER_NODES"].split()
+
+    def kill_node(self, host: str) -> str:
+        """``kill-node HOST``: its NodeManager and container processes SIGKILLed; the report."""
+        return self.script("kill-node", host)
+
+    def start_node(self, host: str) -> str:
+        """``start-node HOST``: returns when the ResourceManager has it RUNNING; the report."""
+        return self.script("start-node", host)
+
+    def restart_rm(self) -> str:
+        """``restart-rm``: returns when the nodes that are up have registered again; the report."""
+        return self.script("restart-rm")
+
+    def node_pid(self, host: str) -> int | None:
+        """The pid of the node's NodeManager when it runs."""
+        try:
+            pid = int((self.state / "work" / "yarn" / "nodes" / host / "pid").read_text())
+        except (OSError, ValueError):
+            return None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        return pid
+
+    def nodes(self) -> list[dict[str, str]]:
+        """``yarn node -list -all``: [{host, port, state, rack}] (rack from the ResourceManager's REST API)."""
+        out = self.run("yarn", "node", "-list", "-all")
+        rows = [{"host": m[1], "port": m[2], "state": m[3]}
+                for m in re.finditer(r"^\s*(\S+):(\d+)\s+([A-Z_]+)\s", out, re.M)]
+        with urllib.request.urlopen(f"{self.rm_web}/ws/v1/cluster/nodes", timeout=30) as resp:
+            listed = (json.load(resp).get("nodes") or {}).get("node") or []
+        racks = {n["id"]: n.get("rack") for n in listed}
+        for row in rows:
+            row["rack"] = racks.get(f"{row['host']}:{row['port']}")
+        return rows
+
+    def wait_nodes(self, states: dict[str, set[str]], timeout: float = 120) -> list[dict[str, str]]:
+        """Until each host of ``states`` is in one of its states in ``nodes()``; the last rows."""
+        deadline = time.monotonic() + timeout
+        while True:
+            rows = self.nodes()
+            now = {r["host"]: r["state"] for r in rows}
+            if all(now.get(h) in want for h, want in states.items()):
+                return rows
+            if time.monotonic() > deadline:
+                raise AssertionError(f"nodes not in {states} after {timeout:.0f}s: {now}")
+            time.sleep(1)
 
 
 def _processes_with_marker(state: pathlib.Path) -> list[str]:
@@ -134,7 +202,8 @@ def _processes_with_marker(state: pathlib.Path) -> list[str]:
     return found
 
 
-def start_cluster(state: pathlib.Path, *args: str, **settings: str) -> tuple[MiniCluster, dict[str, str]]:
+def start_cluster(state: pathlib.Path, *args: str, kind: type[MiniCluster] = MiniCluster,
+                  **settings: str) -> tuple[MiniCluster, dict[str, str]]:
     """``./scripts/minicluster start ARGS`` with its state in ``state`` and ``settings`` in its
     environment: (the cluster, the env that stops it); skips (fails with CI=true) when the cluster
     cannot start here."""
@@ -156,7 +225,7 @@ def start_cluster(state: pathlib.Path, *args: str, **settings: str) -> tuple[Min
         subprocess.run([sys.executable, str(SCRIPT), "stop"], env=env, capture_output=True, timeout=120)
         missing("the mini Hadoop cluster", f"./scripts/minicluster start failed:\n{proc.stderr.strip()[-3000:]}")
     sys.stderr.write(proc.stderr)
-    return MiniCluster(state, _parse_exports(proc.stdout), elapsed), env
+    return kind(state, _parse_exports(proc.stdout), elapsed), env
 
 
 def stop_cluster(cluster: MiniCluster, env: dict[str, str]) -> None:
@@ -179,14 +248,35 @@ def minicluster(tmp_path_factory) -> Iterator[MiniCluster]:
 
 
 @pytest.fixture(scope="session")
+def multinode(tmp_path_factory) -> Iterator[MultiNode]:
+    """A cluster of 3 NodeManager processes, 127.0.0.2-4 on racks /rack1 /rack2 /rack1 (started on first
+    use, stopped at the session's end); ``kill_node``, ``start_node``, ``restart_rm``, ``nodes``."""
+    cluster, env = start_cluster(tmp_path_factory.mktemp("multinode"), "--nodes", "3", kind=MultiNode)
+    try:
+        yield cluster
+    finally:
+        stop_cluster(cluster, env)
+
+
+@pytest.fixture(scope="session")
 def minicluster_driver(minicluster, tmp_path_factory) -> Iterator[pathlib.Path]:
     """A standing skein driver (``stram driver start``) for the session's cluster: its ``$STRAM_HOME/driver``.
 
     Each stram command on YARN would otherwise start a Java driver of its own (3-4 s and 6 s of CPU
     on this machine, beside the application under test)."""
+    yield from _standing_driver(minicluster, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def multinode_driver(multinode, tmp_path_factory) -> Iterator[pathlib.Path]:
+    """``minicluster_driver`` for the ``multinode`` cluster."""
+    yield from _standing_driver(multinode, tmp_path_factory)
+
+
+def _standing_driver(cluster: MiniCluster, tmp_path_factory) -> Iterator[pathlib.Path]:
     home = tmp_path_factory.mktemp("driver-home")
     env = {k: v for k, v in os.environ.items() if k not in _UNSET}
-    env.update(_user_env(minicluster, tmp_path_factory), STRAM_HOME=str(home))
+    env.update(_user_env(cluster, tmp_path_factory), STRAM_HOME=str(home))
     started = subprocess.run([sys.executable, "-m", "stram.client.cli", "driver", "start"], cwd=ROOT, env=env,
                              capture_output=True, text=True, timeout=300)
     assert started.returncode == 0, started.stderr
@@ -202,11 +292,21 @@ def minicluster_driver(minicluster, tmp_path_factory) -> Iterator[pathlib.Path]:
 def on_minicluster(minicluster, minicluster_driver, monkeypatch, tmp_path_factory) -> MiniCluster:
     """The test runs as a user after ``eval "$(./scripts/minicluster start)"`` (plus pyarrow's HDFS
     settings) and ``stram driver start``."""
-    cluster = as_user_of(minicluster, monkeypatch, tmp_path_factory)
+    return _as_user_with_driver(minicluster, minicluster_driver, monkeypatch, tmp_path_factory)
+
+
+@pytest.fixture
+def on_multinode(multinode, multinode_driver, monkeypatch, tmp_path_factory) -> MultiNode:
+    """``on_minicluster`` for the ``multinode`` cluster."""
+    return _as_user_with_driver(multinode, multinode_driver, monkeypatch, tmp_path_factory)
+
+
+def _as_user_with_driver(cluster, driver: pathlib.Path, monkeypatch, tmp_path_factory):
+    cluster = as_user_of(cluster, monkeypatch, tmp_path_factory)
     home = pathlib.Path(os.environ["STRAM_HOME"])  # the test's own (conftest's _stram_home)
     if not (home / "driver").exists():
         home.mkdir(parents=True, exist_ok=True)
-        (home / "driver").symlink_to(minicluster_driver, target_is_directory=True)
+        (home / "driver").symlink_to(driver, target_is_directory=True)
     return cluster
 
 
