@@ -68,7 +68,7 @@ class AppMaster(AddressFiles):
         self.launcher = launcher
         #: Whether :meth:`start` tunes this process's garbage collector (:func:`tune_gc`).
         self.tune_gc = tune_gc
-        self.host = host or os.environ.get("STRAM_HOST") or socket.gethostname()
+        self.host = host or os.environ.get("STRAM_HOST") or os.environ.get("NM_HOST") or socket.gethostname()
         self.lock = threading.RLock()
         if tune_gc:  # until start() has made the state: then the collector is tuned for it
             pause_gc()
