@@ -107,6 +107,8 @@ def avoid_hosts(books: Books) -> tuple[str, ...]:
 
 
 def _fine(books: Books, node: str) -> None:
+    if node in books.blacklist:  # it stays until its time ends, with the failures that put it there
+        return
     books.node_failures.pop(node, None)
     books.node_failed_millis.pop(node, None)
 
