@@ -217,7 +217,8 @@ def application_spec(spec: Any, spec_path: str | None = None, *, python_env: str
 
 def running_nodes(client: Any) -> list[tuple[str, str, frozenset[str]]]:
     """(host, rack, node labels) of the cluster's RUNNING nodes, from the ResourceManager (``skein.Client``)."""
-    return sorted({(r.host, r.rack_name or "", frozenset(r.labels or ())) for r in client.get_nodes(states=["RUNNING"])})
+    reports = client.get_nodes(states=["RUNNING"])
+    return sorted({(r.host, r.rack_name or "", frozenset(r.labels or ())) for r in reports})
 
 
 def add_pinned_services(aspec: Any, spec: Any, nodes: list[tuple[str, str, frozenset[str]]] | None) -> str:

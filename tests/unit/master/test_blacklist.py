@@ -245,6 +245,7 @@ def test_the_rest_info_and_get_app_info_show_the_blacklist(tmp_path, monkeypatch
     assert json.loads(capsys.readouterr().out)["blacklistedNodes"] == info["blacklistedNodes"]
 
 
-@pytest.mark.parametrize("millis, text", [(0, "1970-01-01 00:00:00 UTC"), (86_400_000 + 61_000, "1970-01-02 00:01:01 UTC")])
+@pytest.mark.parametrize("millis, text", [(0, "1970-01-01 00:00:00 UTC"),
+                                         (86_400_000 + 61_000, "1970-01-02 00:01:01 UTC")])
 def test_utc_time(millis, text):
     assert cli.utc_time(millis) == text
