@@ -107,8 +107,9 @@ class Agent:
         self._idle_since: float | None = None
         self._lock = threading.Lock()
         self._process = psutil.Process()
-        #: What heartbeats name this process by (Apex's JVM name, "pid@host").
-        self.process_name = f"{os.getpid()}@{socket.gethostname()}"
+        #: What heartbeats name this process by (Apex's JVM name, "pid@host"): the node's address, which
+        #: tells apart nodes that share a machine (a mini cluster's), not the machine's host name.
+        self.process_name = f"{os.getpid()}@{self.host}"
 
     # ------------------------------------------------------------ main loop
     def run(self) -> int:
