@@ -249,3 +249,26 @@ def test_the_rest_info_and_get_app_info_show_the_blacklist(tmp_path, monkeypatch
                                          (86_400_000 + 61_000, "1970-01-02 00:01:01 UTC")])
 def test_utc_time(millis, text):
     assert cli.utc_time(millis) == text
+
+
+def test_prepare_takes_the_launchers_nodes_its_timeout_and_the_clients_note(monkeypatch):
+    from stram.common.skeinkeys import PLACEMENT_NOTE_ENV
+
+    class Placing(FakeLauncher):
+        placement_timeout_millis = 1
+
+        def nodes(self):
+            return [("127.0.0.2", "/rack1"), ("127.0.0.3", "/rack2")]
+
+    spec = AppSpec.from_yaml(SPEC.replace("STREAMING_WINDOW_SIZE_MILLIS: 100,",
+                                          "STREAMING_WINDOW_SIZE_MILLIS: 100, PLACEMENT_TIMEOUT_MILLIS: 4321,"))
+    state = MasterState(spec, "app", "file:///tmp/app", "tok", 0, 0)
+    launcher = Placing()
+    monkeypatch.setenv(PLACEMENT_NOTE_ENV, "the cluster has 101 RUNNING nodes")
+    placing.prepare(state, launcher, spec, 5)
+    assert state.cluster_nodes == launcher.nodes() and launcher.placement_timeout_millis == 4321
+    assert [(e.kind, e.text) for e in state.events][-1] == ("placement", "warning: the cluster has 101 RUNNING nodes")
+    monkeypatch.delenv(PLACEMENT_NOTE_ENV)
+    plain = MasterState(spec, "app", "file:///tmp/app", "tok", 0, 0)
+    placing.prepare(plain, FakeLauncher(), spec, 5)  # a launcher without placement: none, and no note
+    assert plain.cluster_nodes == [] and all(e.kind != "placement" for e in plain.events)
