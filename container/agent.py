@@ -50,6 +50,21 @@ IDLE_HEARTBEAT_SECONDS = 0.1
 IDLE_FAST_SECONDS = 3.0
 
 
+def advertised_host(host: str | None = None, env: Any = None) -> str:
+    """The address a container advertises: ``host``, else STRAM_HOST, else NM_HOST (YARN's name of
+    the node), else this machine's host name."""
+    env = os.environ if env is None else env
+    return host or env.get("STRAM_HOST") or env.get("NM_HOST") or socket.gethostname()
+
+
+def bind_host(host: str, env: Any = None) -> str:
+    """Where the buffer server listens: the advertised ``host`` itself, or STRAM_BIND_HOST when set
+    (``0.0.0.0`` to listen everywhere). Never every interface by default: on a machine with
+    several nodes' addresses (or a shared one) a container listens on its own node's only."""
+    env = os.environ if env is None else env
+    return env.get("STRAM_BIND_HOST") or host
+
+
 class Agent:
     """Runs the operators the master deploys to this container."""
 
@@ -57,7 +72,9 @@ class Agent:
                  host: str | None = None, work_dir: str | None = None) -> None:
         self.container_id = container_id
         self.app_path = app_path
-        self.host = host or os.environ.get("STRAM_HOST") or socket.gethostname()
+        #: The address this container advertises (its buffer server's): STRAM_HOST, which the YARN
+        #: container script sets from NM_HOST (the node's address as YARN knows it).
+        self.host = advertised_host(host)
         self.work_dir = work_dir or os.path.join(os.getcwd(), f"work-{container_id}")
         #: ``credential``: this container's own (:func:`stram.common.secret.container_credential`)
         self.umbilical = Umbilical(app_path, credential, container_id=container_id)
@@ -90,8 +107,9 @@ class Agent:
         self._idle_since: float | None = None
         self._lock = threading.Lock()
         self._process = psutil.Process()
-        #: What heartbeats name this process by (Apex's JVM name, "pid@host").
-        self.process_name = f"{os.getpid()}@{socket.gethostname()}"
+        #: What heartbeats name this process by (Apex's JVM name, "pid@host"): the node's address, which
+        #: tells apart nodes that share a machine (a mini cluster's), not the machine's host name.
+        self.process_name = f"{os.getpid()}@{self.host}"
 
     # ------------------------------------------------------------ main loop
     def run(self) -> int:
@@ -106,7 +124,7 @@ class Agent:
         os.makedirs(self.work_dir, exist_ok=True)
         if ctx.deploy_buffer_server:
             spool = os.path.join(self.work_dir, "spool") if self.dag_attribute("BUFFER_SPOOLING") else None
-            bind = "127.0.0.1" if self.host in ("127.0.0.1", "localhost") else "0.0.0.0"
+            bind = bind_host(self.host)
             lag = self.dag_attribute("BUFFER_LAG_MB")  # flow control (None: none)
             self.buffer_server = BufferServer(
                 token=ctx.buffer_server_token, host=bind, port=0,

@@ -34,6 +34,7 @@ DAG_ATTRIBUTES = (
     "CONTAINER_MEMORY_MB",
     "BLOCK_INTERVAL_MILLIS", "RECEIVER_WAL", "RECEIVER_MAX_RESTARTS", "DEBUG",
     "RETRY_DETERMINISTIC_FAILURES", "DISK_FULL_TIMEOUT_SECS", "END_TIMEOUT_SECS",
+    "MAX_CONSECUTIVE_CONTAINER_FAILURES_FOR_BLACKLIST", "BLACKLISTED_NODE_REMOVAL_TIME_MILLIS",
 )
 
 
@@ -147,6 +148,13 @@ class Books:
         self.committed_seen = (self.committed, now)
         #: Why the committed window has not moved for long, naming the operator that holds it back ("": it moves).
         self.stalled = ""
+        #: Nodes (:mod:`stram.master.core.nodes`): host -> its containers' failures in a row, and when
+        #: the last one was (wall-clock millis); host -> until when it is blacklisted (journaled); the
+        #: (host, rack) pairs the launcher can place on ([]: no placement, e.g. locally).
+        self.node_failures: dict[str, int] = {}
+        self.node_failed_millis: dict[str, int] = {}
+        self.blacklist: dict[str, int] = {}
+        self.cluster_nodes: list[tuple[str, str]] = []
         #: (plan, its shape's key, its downstream map), kept while the plan's shape stays
         #: (:func:`stram.master.core.deploy.downstream_map`).
         self.downstream_cache: tuple[PhysicalPlan, tuple, dict[int, list[int]]] | None = None

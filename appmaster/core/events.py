@@ -84,11 +84,14 @@ class ErrorReport(MasterEvent):
 
 @dataclass(frozen=True)
 class ContainerExited(MasterEvent):
-    """The launcher saw a container process end."""
+    """The launcher saw a container process end: on ``node`` (None: not known), and, when it could
+    never be placed as asked (a request not to be relaxed), ``unplaceable`` says why."""
 
     container_id: str
     exit_code: int | None
     now: int
+    node: str | None = None
+    unplaceable: str = ""
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from stram.master.core.events import (AdoptContainers, ContainerExited, Containe
                                       KillContainerRequest, Resumed, Tick, UnknownContainer)
 from stram.master.core.instructions import AdoptContainer, Instruction, KillContainer
 from stram.master.core.lifecycle import count_failure, finish, last_line, launch, maybe_finish, note, window_hex
+from stram.master.core.nodes import container_ended, watch_nodes
 from stram.master.core.plan import (ALIVE, GONE, ContainerState, OperatorState, PTContainer, PTOperator,
                                     affected_operators)
 from stram.master.core.rules import restart_backoff_millis
@@ -194,12 +195,19 @@ def handle_container_exited(books: Books, ev: ContainerExited) -> list[Instructi
     container = books.plan.containers.get(container_id)
     if container is None:
         return []
+    stopped = container.state in (ContainerState.RELEASED, ContainerState.LOST) or books.state != "RUNNING"
+    container_ended(books, container, ev.node, exit_code, now, stopped_by_master=stopped)
     if container.state == ContainerState.RELEASED or books.state != "RUNNING":
         container.state = ContainerState.RELEASED
         return maybe_finish(books)
     if container.state == ContainerState.LOST:
         return []
-    return recover(books, [container_id], now, f"container {container_id} exited with code {exit_code}")
+    if ev.unplaceable:
+        labels = ", ".join(sorted(books.plan.operators[o].label for o in container.operators
+                                  if o in books.plan.operators))
+        finish(books, "FAILED", f"{ev.unplaceable}; operators {labels or '(none)'} cannot run as placed", now)
+    where = f" on {ev.node}" if ev.node else ""
+    return recover(books, [container_id], now, f"container {container_id} exited with code {exit_code}{where}")
 
 
 def handle_kill_container_request(books: Books, ev: KillContainerRequest) -> list[Instruction]:
@@ -233,6 +241,7 @@ def handle_tick(books: Books, ev: Tick) -> list[Instruction]:
         if container.state == ContainerState.RUNNING and now - container.last_heartbeat_millis > timeout:
             instructions += recover(books, [container.id], now,
                                     f"no heartbeat from {container.id} for {timeout} ms", kill=True)
+    watch_nodes(books, now)
     find_blocked(books, now)
     for op in blocked_to_restart(books, now):  # restarts it, its stack in its last error
         instructions += recover(books, [op.container], now, f"operator {op.label} blocked", kill=True, failed=op.id)

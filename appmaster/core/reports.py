@@ -19,6 +19,7 @@ from stram.master.core.deploy import heartbeat_interval_millis
 from stram.master.core.history import (CPU_NANOS, END_MILLIS, METRICS, TUPLES_IN, TUPLES_OUT, WINDOW_ID,
                                        OperatorTotals, WindowHistory, WindowSample, decode_metrics, port_totals)
 from stram.master.core.lifecycle import last_line, window_hex
+from stram.master.core.nodes import blacklisted_nodes
 from stram.master.core.plan import ALIVE, OperatorState
 
 __all__ = ["throughput", "validate_state", "info", "operator_info", "info_head", "operator_copies", "container_rows",
@@ -147,6 +148,7 @@ def info_head(books: Books, brief: bool = False) -> dict[str, Any]:
         "receivers": {},
         "errors": list(books.errors)[-20:],
         "failures": _failures(books),
+        "blacklistedNodes": blacklisted_nodes(books),
         "events": [{"millis": e.millis, "kind": e.kind, "text": e.text} for e in list(books.events)[-50:]],
     }
 

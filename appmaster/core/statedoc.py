@@ -64,7 +64,8 @@ def state_doc(books: Books, objects: bool = False) -> dict[str, Any]:
             "state": books.state, "diagnostics": books.diagnostics,
             "started_millis": books.started_millis, "removed": [dict(r) for r in books.removed],
             "errors": [{**e, "operators": list(e["operators"])} for e in books.errors],
-            "shutdown_requested": books.shutdown_requested}
+            "shutdown_requested": books.shutdown_requested,
+            "node_failures": dict(books.node_failures), "blacklist": dict(books.blacklist)}
 
 
 def restore_books(books: Books, doc: dict[str, Any]) -> None:
@@ -85,6 +86,9 @@ def restore_books(books: Books, doc: dict[str, Any]) -> None:
     books.removed = [dict(r) for r in doc["removed"]]
     books.errors.extend(dict(e) for e in doc["errors"])
     books.shutdown_requested = bool(doc["shutdown_requested"])
+    # the nodes' books (a journal of a stram before them has none: nothing blacklisted)
+    books.node_failures = {str(h): int(n) for h, n in (doc.get("node_failures") or {}).items()}
+    books.blacklist = {str(h): int(t) for h, t in (doc.get("blacklist") or {}).items()}
 
 
 # ---------------------------------------------------------------- the plan

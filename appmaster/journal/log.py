@@ -61,7 +61,8 @@ def top_doc(state: Any) -> dict[str, Any]:
             "shutdown_operators": [[w, list(ids)] for w, ids in sorted(state.shutdown_operators.items())],
             "state": state.state, "diagnostics": state.diagnostics, "started_millis": state.started_millis,
             "errors": [{**e, "operators": list(e["operators"])} for e in state.errors],
-            "shutdown_requested": state.shutdown_requested}
+            "shutdown_requested": state.shutdown_requested,
+            "node_failures": dict(state.node_failures), "blacklist": dict(state.blacklist)}
 
 
 def _hot(obj: Any) -> dict[str, Any]:

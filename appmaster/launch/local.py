@@ -42,13 +42,30 @@ def container_request_env(container_id: str, app_path: str, app_id: str) -> dict
     return {"STRAM_CONTAINER_ID": container_id, "STRAM_APP_PATH": app_path, "STRAM_APP_ID": app_id}
 
 
+#: The exit code a launcher reports for a container lost with its node (YARN's ABORTED, -100, with
+#: "lost node" in its diagnostics): the node failed, not the container's own process.
+NODE_LOST_EXIT = -100
+
+
 @dataclass
 class ContainerRequest:
+    """What the master asks a launcher for: a container's shape, where, and its environment."""
+
     container_id: str
     memory_mb: int
     vcores: int
+    #: Wanted hosts, the first preferred.
     hosts: tuple[str, ...]
     env: dict[str, str]
+    #: Wanted racks (when no wanted host can take it).
+    racks: tuple[str, ...] = ()
+    #: YARN node label expression (None: the application's).
+    node_label: str | None = None
+    #: Hosts not to use (blacklisted).
+    avoid: tuple[str, ...] = ()
+    #: Whether it may be placed elsewhere when the wanted hosts/racks cannot take it in time
+    #: (PLACEMENT_TIMEOUT_MILLIS); False: the launcher reports it unplaceable.
+    relax: bool = True
 
 
 class Launcher(abc.ABC):
@@ -84,6 +101,19 @@ class Launcher(abc.ABC):
     def running(self) -> list[str]:
         """Containers whose process has not been seen to end (:meth:`poll` reports the ends)."""
 
+    def nodes(self) -> list[tuple[str, str]]:
+        """The (host, rack) pairs this launcher can place containers on ([]: no placement)."""
+        return []
+
+    def node_of(self, container_id: str) -> str | None:
+        """The host a container was put on (known once allocated; kept after it ended), else None."""
+        return None
+
+    def unplaceable(self, container_id: str) -> str | None:
+        """Why a container :meth:`poll` reported ended could not be placed as asked (a request that
+        may not be relaxed): the application cannot run as asked. None: it was placed."""
+        return None
+
     def set_progress(self, fraction: float) -> None:
         """Report application progress where the platform shows it."""
 
@@ -103,6 +133,8 @@ class LocalLauncher(Launcher):
     start_window_seconds = 1.0
     #: The agent's command line.
     command: tuple[str, ...] = (sys.executable, "-m", "stram.agent")
+    #: The one host local containers run on (what they advertise: STRAM_HOST).
+    HOST = "127.0.0.1"
 
     def __init__(self, log_dir: str, cwd: str | None = None, app_id: str = "") -> None:
         self.log_dir = log_dir
@@ -127,7 +159,7 @@ class LocalLauncher(Launcher):
         for name in ("STRAM_TOKEN", "STRAM_TOKEN_FILE"):
             env.pop(name, None)
         env.update(request_env)
-        env["STRAM_HOST"] = "127.0.0.1"
+        env["STRAM_HOST"] = self.HOST
         env["STRAM_WORK_DIR"] = os.path.join(os.path.dirname(self.log_dir), "work", container_id)
         env.setdefault("PYTHONPATH", self.cwd)
         # the agent logs to <container>.log itself (rotating); <container>.out catches a crash's traceback
@@ -252,6 +284,10 @@ class LocalLauncher(Launcher):
 
     def running(self) -> list[str]:
         return list(self.processes)
+
+    def node_of(self, container_id: str) -> str | None:
+        """Every local container runs on this machine: :attr:`HOST` (no placement: :meth:`nodes` is [])."""
+        return self.HOST
 
     def stop_all(self, grace: float = 5.0) -> None:
         self.release_held()

@@ -23,8 +23,9 @@ from typing import Any, Mapping
 
 from stram.common.apps import TERMINAL
 from stram.common.errors import UserError
-from stram.common.skeinkeys import ADMIN_KEY, CONTAINER_SERVICE
-from stram.master.launch.local import ContainerRequest, Launcher
+from stram.common.skeinkeys import ADMIN_KEY, CONTAINER_SERVICE, parse_service
+from stram.master.launch.local import NODE_LOST_EXIT, ContainerRequest, Launcher
+from stram.master.launch.yarnplace import Choice, PinnedServices
 
 log = logging.getLogger("stram.master.launch.yarn")
 
@@ -37,14 +38,28 @@ _ACTIVE_STATES = ("WAITING", "REQUESTED", "RUNNING")
 #: YARN's diagnostics: "Container exited with a non-zero exit code 1", "Exit code: 1",
 #: "Container killed on request. Exit code is 137".
 _EXIT_CODE_RE = re.compile(r"(?i)exit(?:ed with a non-zero exit)? code(?: is)?[: ]+(-?\d+)")
+#: YARN's diagnostics of a container lost with its node: "Container released on a *lost* node".
+_LOST_NODE_RE = re.compile(r"(?i)lost\W*node")
 
 
 def _exit_code(container: Any) -> int | None:
+    """The container's exit code from its state and YARN's diagnostics; :data:`NODE_LOST_EXIT` for a
+    container lost with its node (an ABORTED -100 that does not say so: None, the master released it)."""
     state = str(container.state)
     if state == "SUCCEEDED":
         return 0
-    match = _EXIT_CODE_RE.search(container.exit_message or "")
-    return int(match.group(1)) if match else None
+    message = container.exit_message or ""
+    if _LOST_NODE_RE.search(message):
+        return NODE_LOST_EXIT
+    match = _EXIT_CODE_RE.search(message)
+    code = int(match.group(1)) if match else None
+    return None if code == NODE_LOST_EXIT else code
+
+
+def _node_host(container: Any) -> str | None:
+    """The host of the NodeManager YARN put a container on (``yarn_node_http_address`` is host:port)."""
+    address = getattr(container, "yarn_node_http_address", "") or ""
+    return address.rsplit(":", 1)[0] or None
 
 
 def _accepts(fn: Any, param: str) -> bool:
@@ -72,15 +87,41 @@ class YarnLauncher(Launcher):
         Report the final status when the process exits instead of at
         :meth:`finish`, so the master's last writes are not cut short by the
         Skein application master stopping the master script.
+    pinned:
+        The services pinned to nodes, racks and labels (:mod:`stram.master.launch.yarnplace`);
+        default: read from the spec with ``services`` (none when ``services`` is given).
+
+    A request placed on a pinned service it asked for that is not RUNNING within
+    :attr:`placement_timeout_millis` is killed and asked again on the general service when
+    the request may be relaxed; else :meth:`poll` reports it ended and :meth:`unplaceable`
+    says why.
     """
 
     #: A cluster is shared: its channels are encrypted unless the spec says ``TLS: false``.
     tls_by_default = True
 
+    #: How long a container asked on a pinned service may wait for YARN (the master sets
+    #: PLACEMENT_TIMEOUT_MILLIS); the clock it is measured with.
+    placement_timeout_millis = 30_000
+    clock = staticmethod(time.monotonic)
+    #: Seconds between two asks for where live containers run (for the least used node).
+    node_refresh_seconds = 1.0
+
     def __init__(self, app_client: Any, services: Mapping[str, tuple[int, int]] | None = None, *,
-                 defer_shutdown: bool = False) -> None:
+                 defer_shutdown: bool = False, pinned: PinnedServices | None = None) -> None:
         self.app_client = app_client
-        self.services = dict(services) if services else self._services_from_spec(app_client)
+        spec_services = {} if services else self._spec_services(app_client)
+        self.services = dict(services) if services else self._general_services(spec_services)
+        self.pinned = pinned if pinned is not None else PinnedServices(spec_services)
+        #: Every service whose containers are stram's (general and pinned).
+        self.all_services = [*self.services, *self.pinned.names()]
+        #: stram container id -> the host YARN put it on (kept after it ended)
+        self._nodes: dict[str, str] = {}
+        self._nodes_asked = float("-inf")
+        #: stram container id -> (deadline, request, choice) of a request waiting on a pinned service
+        self._placing: dict[str, tuple[float, ContainerRequest, Choice]] = {}
+        #: stram container id -> why it could not be placed (reported ended by poll)
+        self._unplaceable: dict[str, str] = {}
         self.defer_shutdown = defer_shutdown
         #: skein container id (``container_3``) -> stram container id
         self._live: dict[str, str] = {}
@@ -113,18 +154,23 @@ class YarnLauncher(Launcher):
         return cls(client, defer_shutdown=True)
 
     @staticmethod
-    def _services_from_spec(app_client: Any) -> dict[str, tuple[int, int]]:
+    def _spec_services(app_client: Any) -> dict[str, Any]:
+        """The application's stram container services (general and pinned) from its spec."""
         try:
             spec = app_client.get_specification()
-            found = {name: (int(s.resources.memory), int(s.resources.vcores))
-                     for name, s in spec.services.items()
-                     if name == CONTAINER_SERVICE or name.startswith(CONTAINER_SERVICE + "-")}
-            if found:
-                return found
+            return {name: s for name, s in spec.services.items()
+                    if parse_service(name)[0] == CONTAINER_SERVICE
+                    or parse_service(name)[0].startswith(CONTAINER_SERVICE + "-")}
         except Exception:  # noqa: BLE001
             log.warning("could not read the Skein application spec; using service %r", CONTAINER_SERVICE,
                         exc_info=True)
-        return {CONTAINER_SERVICE: (0, 0)}
+        return {}
+
+    @staticmethod
+    def _general_services(services: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
+        found = {name: (int(s.resources.memory), int(s.resources.vcores))
+                 for name, s in services.items() if not parse_service(name)[1]}
+        return found or {CONTAINER_SERVICE: (0, 0)}
 
     def service_for(self, memory_mb: int, vcores: int) -> str:
         """The smallest container service that fits; the largest (with a warning) when none does."""
@@ -141,15 +187,26 @@ class YarnLauncher(Launcher):
 
     # -------------------------------------------------------------- Launcher
     def launch(self, request: ContainerRequest) -> None:
-        """Add a container to the fitting service with the request's environment."""
+        """Add a container to the fitting service (pinned where the request wants it: :meth:`choose`)
+        with the request's environment."""
         self._maybe_register_ui(request.env.get("STRAM_APP_PATH"))
-        service = self.service_for(request.memory_mb, request.vcores)
+        self._add(request, self.choose(request))
+
+    def choose(self, request: ContainerRequest) -> Choice:
+        """The service for ``request``: its shape's general service, or one pinned to a node, a rack or a
+        node label (:meth:`PinnedServices.choose`)."""
+        base = self.service_for(request.memory_mb, request.vcores)
+        if not (request.hosts or request.racks or request.avoid or request.node_label):
+            return Choice(base)
+        return self.pinned.choose(base, request, self._usage())
+
+    def _add(self, request: ContainerRequest, choice: Choice) -> None:
         kwargs: dict[str, Any] = {"env": dict(request.env)}
         if _accepts(self.app_client.add_container, "resources"):
             import skein
             kwargs["resources"] = skein.Resources(memory=request.memory_mb, vcores=request.vcores)
         try:
-            container = self.app_client.add_container(service, **kwargs)
+            container = self.app_client.add_container(choice.service, **kwargs)
         except Exception:  # noqa: BLE001 - the master recovers it like a container that died
             log.exception("could not request a container for %s", request.container_id)
             with self._lock:
@@ -158,8 +215,12 @@ class YarnLauncher(Launcher):
         with self._lock:
             self._live[container.id] = request.container_id
             self._skein_ids[request.container_id] = container.id
-        log.info("requested %s as skein %s (%s, %d MB, %d vcores)", request.container_id, container.id,
-                 service, request.memory_mb, request.vcores)
+            self._nodes.pop(request.container_id, None)
+            if choice.where:
+                self._placing[request.container_id] = (
+                    self.clock() + self.placement_timeout_millis / 1000, request, choice)
+        log.info("requested %s as skein %s (%s%s, %d MB, %d vcores)", request.container_id, container.id,
+                 choice.service, f" on {choice.where}" if choice.where else "", request.memory_mb, request.vcores)
 
     def kill(self, container_id: str) -> None:
         """Kill a container (YARN stops its process); :meth:`poll` reports it ended."""
@@ -174,12 +235,13 @@ class YarnLauncher(Launcher):
 
     def poll(self) -> list[tuple[str, int | None]]:
         """Containers that ended since the last call: (stram id, exit code or None)."""
+        self._check_placing()
         with self._lock:
             ended, self._failed = self._failed, []
             if not self._live:
                 return ended
         try:
-            done = self.app_client.get_containers(services=list(self.services), states=list(TERMINAL))
+            done = self.app_client.get_containers(services=self.all_services, states=list(TERMINAL))
         except Exception as exc:  # noqa: BLE001 - try again at the next poll
             log.warning("could not ask the Skein application master for containers: %s", exc)
             return ended
@@ -189,12 +251,95 @@ class YarnLauncher(Launcher):
                 if cid is None:
                     continue
                 self._skein_ids.pop(cid, None)
+                self._placing.pop(cid, None)
+                if _node_host(c):
+                    self._nodes[cid] = _node_host(c)
                 code = _exit_code(c)
                 if str(c.state) != "SUCCEEDED":
                     log.info("%s (skein %s) ended %s: %s", cid, c.id, c.state,
                              (c.exit_message or "").strip()[:500])
                 ended.append((cid, code))
         return ended
+
+    # -------------------------------------------------------------- nodes
+    def nodes(self) -> list[tuple[str, str]]:
+        """(host, rack) of the nodes a service is pinned to (the cluster's RUNNING nodes at submit)."""
+        return self.pinned.nodes()
+
+    def node_of(self, container_id: str) -> str | None:
+        """The host YARN put a container on (its NodeManager's), once allocated; kept after it ended."""
+        if container_id not in self._nodes and container_id in self._skein_ids:
+            self._refresh_nodes(force=True)
+        return self._nodes.get(container_id)
+
+    def unplaceable(self, container_id: str) -> str | None:
+        """Why a container :meth:`poll` reported ended was never placed (a request not to be relaxed
+        that YARN did not allocate where asked within the placement timeout)."""
+        return self._unplaceable.get(container_id)
+
+    def _refresh_nodes(self, force: bool = False) -> None:
+        """Learn where the live containers run (at most every :attr:`node_refresh_seconds` unless ``force``)."""
+        if not force and self.clock() - self._nodes_asked < self.node_refresh_seconds:
+            return
+        self._nodes_asked = self.clock()
+        try:
+            found = self.app_client.get_containers(services=self.all_services, states=["RUNNING"])
+        except Exception as exc:  # noqa: BLE001 - placement and the books do without for now
+            log.info("could not ask the Skein application master where containers run: %s", exc)
+            return
+        with self._lock:
+            for c in found:
+                cid = self._live.get(c.id)
+                if cid is not None and _node_host(c):
+                    self._nodes[cid] = _node_host(c)
+
+    def _usage(self) -> dict[str, int]:
+        """host -> this application's containers there, running or asked for on a pinned host."""
+        self._refresh_nodes()
+        usage: dict[str, int] = {}
+        with self._lock:
+            for cid in self._live.values():
+                host = self._nodes.get(cid) or (self._placing[cid][2].host if cid in self._placing else None)
+                if host:
+                    usage[host] = usage.get(host, 0) + 1
+        return usage
+
+    def _check_placing(self) -> None:
+        """Requests on a pinned service past the placement timeout and not RUNNING: asked again on the
+        general service (relaxed), else reported ended and unplaceable."""
+        now = self.clock()
+        with self._lock:
+            late = {cid: v for cid, v in self._placing.items() if v[0] <= now}
+        if not late:
+            return
+        try:
+            waiting = {c.id for c in self.app_client.get_containers(services=self.pinned.names(),
+                                                                     states=["WAITING", "REQUESTED"])}
+        except Exception as exc:  # noqa: BLE001 - asked again at the next poll
+            log.warning("could not ask the Skein application master for waiting containers: %s", exc)
+            return
+        for cid, (_, request, choice) in late.items():
+            with self._lock:
+                skein_id = self._skein_ids.get(cid)
+                self._placing.pop(cid, None)
+                if skein_id is None or skein_id not in waiting:
+                    continue  # allocated (or ended: poll reports it)
+                self._live.pop(skein_id, None)
+                self._skein_ids.pop(cid, None)
+            with contextlib.suppress(Exception):
+                self.app_client.kill_container(skein_id)
+            waited = f"{self.placement_timeout_millis} ms (PLACEMENT_TIMEOUT_MILLIS)"
+            if request.relax or not choice.wanted:
+                log.warning("%s: YARN gave no container on %s within %s; asking anywhere", cid, choice.where, waited)
+                self._add(request, Choice(parse_service(choice.service)[0]))
+                continue
+            reason = (f"YARN gave {cid} no container on {choice.where} within {waited}, and its placement may "
+                      f"not be relaxed (is the node RUNNING, with {request.memory_mb} MB and {request.vcores} "
+                      f"vcores free?)")
+            log.error(reason)
+            with self._lock:
+                self._unplaceable[cid] = reason
+                self._failed.append((cid, None))
 
     def log_page(self, container_id: str) -> str | None:
         """The NodeManager's page of a live container's logs (what the console links to); None when
@@ -204,7 +349,7 @@ class YarnLauncher(Launcher):
         if skein_id is None:
             return None
         try:
-            found = [c for c in self.app_client.get_containers(services=list(self.services)) if c.id == skein_id]
+            found = [c for c in self.app_client.get_containers(services=self.all_services) if c.id == skein_id]
         except Exception as exc:  # noqa: BLE001 - the console says it does not know
             log.info("could not ask the Skein application master where %s runs: %s", container_id, exc)
             return None
@@ -230,7 +375,7 @@ class YarnLauncher(Launcher):
         deadline = time.monotonic() + grace
         while live and time.monotonic() < deadline:
             try:
-                active = {c.id for c in self.app_client.get_containers(services=list(self.services),
+                active = {c.id for c in self.app_client.get_containers(services=self.all_services,
                                                                        states=list(_ACTIVE_STATES))}
             except Exception:  # noqa: BLE001
                 break
@@ -240,6 +385,7 @@ class YarnLauncher(Launcher):
         with self._lock:
             self._live.clear()
             self._skein_ids.clear()
+            self._placing.clear()
 
     def set_progress(self, fraction: float) -> None:
         """Show progress in the YARN UI (clamped to [0, 1])."""

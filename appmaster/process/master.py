@@ -29,13 +29,13 @@ from stram.master.core.events import DiskFull, MasterPaused, Resumed
 from stram.master.core.pacing import HeartbeatPacer
 from stram.master.core.plan import GONE
 from stram.master.core.reports import in_chunks
-from stram.master.core.state import (AdoptContainer, AdoptContainers, ContainerExited, ContainersStopped,
-                                     ContainerStarted, DeleteCheckpoints, Finish, KillApp, KillContainer,
-                                     LaunchContainer, MasterState, Note, ScaleRequest, ShutdownRequest,
-                                     SplitCheckpoints, Start, Tick)
+from stram.master.core.state import (AdoptContainer, AdoptContainers, ContainersStopped, ContainerStarted,
+                                     DeleteCheckpoints, Finish, KillApp, KillContainer, LaunchContainer, MasterState,
+                                     Note, ScaleRequest, ShutdownRequest, SplitCheckpoints, Start, Tick)
 from stram.master.journal import compactor
 from stram.master.journal.log import JournalWriter, read_journal
-from stram.master.launch.local import ContainerRequest, Launcher, container_request_env
+from stram.master.launch.local import Launcher, container_request_env
+from stram.master.process import placing
 from stram.master.process.addressfiles import AddressFiles
 from stram.master.process.credentials import CredentialFiles
 from stram.master.process.dispatcher import Dispatcher
@@ -68,7 +68,7 @@ class AppMaster(AddressFiles):
         self.launcher = launcher
         #: Whether :meth:`start` tunes this process's garbage collector (:func:`tune_gc`).
         self.tune_gc = tune_gc
-        self.host = host or os.environ.get("STRAM_HOST") or socket.gethostname()
+        self.host = host or os.environ.get("STRAM_HOST") or os.environ.get("NM_HOST") or socket.gethostname()
         self.lock = threading.RLock()
         if tune_gc:  # until start() has made the state: then the collector is tuned for it
             pause_gc()
@@ -83,6 +83,7 @@ class AppMaster(AddressFiles):
             self.state = MasterState.restore(spec, previous, app_path, token, now, pacer=pacer)
         else:
             self.state = MasterState(spec, app_id, app_path, token, now, now, pacer=pacer)
+        placing.prepare(self.state, launcher, spec, now)  # the launcher's nodes, before Start places containers
         self._journal_key: tuple | None = None
         #: The master's own writes that wait for space (the journal), and its time limit.
         self.pauses = space.Pauses(float(spec.attribute("DISK_FULL_TIMEOUT_SECS")))
@@ -215,8 +216,7 @@ class AppMaster(AddressFiles):
             self.dispatch(DiskFull(_now(), str(exc)))
             return
         env = container_request_env(ins.container_id, self.app_path, self.app_id)
-        started = self.launcher.launch(ContainerRequest(ins.container_id, ins.memory_mb, ins.vcores,
-                                                        ins.hosts, env))
+        started = self.launcher.launch(placing.container_request(ins, env, self.state))
         while started is not None:  # journaled: a later attempt takes over this process, and no other
             try:
                 self.dispatch(ContainerStarted(ins.container_id, started[0], started[1], _now()))
@@ -424,7 +424,7 @@ class AppMaster(AddressFiles):
                 self._pending_exits += self.launcher.poll()
                 while self._pending_exits:
                     cid, code = self._pending_exits[0]
-                    self.dispatch(ContainerExited(cid, code, _now()))
+                    self.dispatch(placing.exited(self.launcher, cid, code, _now()))
                     self._pending_exits.pop(0)
                 self.dispatch(Tick(_now()))
                 self.poll_stats_listener()
@@ -490,7 +490,7 @@ class AppMaster(AddressFiles):
             while self._pending_exits:
                 cid, code = self._pending_exits[0]
                 try:
-                    self.dispatch(ContainerExited(cid, code, _now()))
+                    self.dispatch(placing.exited(self.launcher, cid, code, _now()))
                 except MasterPaused:
                     break  # the journal's wait is ending (the state left RUNNING): next round
                 self._pending_exits.pop(0)

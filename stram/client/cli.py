@@ -146,6 +146,9 @@ def get_app_info(args: argparse.Namespace) -> int:
                          f"{f.get('error')}")
         if i.get("blocked"):
             lines.append(f"  blocked: {', '.join(i['blocked'])}")
+        for b in i.get("blacklistedNodes") or []:
+            lines.append(f"  blacklisted node {b['host']}: {b['failures']} container failures, until "
+                         f"{utc_time(b['until'])}")
         if i.get("stalled"):
             lines.append(f"  stalled: {i['stalled']}")
         for e in i.get("errors", [])[-5:]:
@@ -155,6 +158,11 @@ def get_app_info(args: argparse.Namespace) -> int:
         return "\n".join(lines)
     _emit(info, args.json, human)
     return 0
+
+
+def utc_time(millis: Any) -> str:
+    """Wall-clock millis as ``YYYY-MM-DD HH:MM:SS UTC``."""
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(int(millis) / 1000))
 
 
 def list_containers(args: argparse.Namespace) -> int:

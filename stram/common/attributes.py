@@ -407,6 +407,19 @@ ATTRIBUTES: dict[str, Attribute] = _table(
     Attribute("NODE_LABEL", Kind.STR, None,
               "YARN node label the operator's container must run on (a node label expression).", _OP,
               nullable=True, null_means="any node"),
+    # many nodes (docs/running-on-yarn.md "Many nodes")
+    _int("MAX_CONSECUTIVE_CONTAINER_FAILURES_FOR_BLACKLIST", 3,
+         "Containers that end abnormally in a row on one node (not stopped by the master; a container "
+         "lost with its node counts) before the node is blacklisted: no new container goes there.", _DAG),
+    _int("BLACKLISTED_NODE_REMOVAL_TIME_MILLIS", 3_600_000,
+         "How long a node stays blacklisted; its failure count starts again afterwards.", _DAG),
+    _int("PLACEMENT_MAX_NODES", 100,
+         "On YARN, the most RUNNING nodes a cluster may have for stram to add a pinned service per "
+         "node and rack at submit (placement on chosen hosts/racks, blacklisting); a bigger cluster "
+         "gets none: placement is relaxed, with a warning in the events.", _DAG, minimum=0),
+    _int("PLACEMENT_TIMEOUT_MILLIS", 30_000,
+         "On YARN, how long a container asked for on a chosen host or rack may wait for it; then it is "
+         "asked anywhere (a relaxed request) or the application fails naming the host.", _DAG),
 )
 
 #: Other names accepted for an attribute: alias -> (attribute name, scopes of the alias).

@@ -25,12 +25,12 @@ from typing import Any
 from stram.common.apps import stram_home
 from stram.common.errors import UserError
 from stram.common.hadoopconf import qualify_hdfs
-from stram.common.skeinkeys import CONTAINER_SERVICE
+from stram.common.skeinkeys import CONTAINER_SERVICE, PLACEMENT_NOTE_ENV, RACK_ENV, parse_service, pinned_service
 
 log = logging.getLogger("stram.client.yarn")
 
 __all__ = ["STRAM_TAG", "CONTAINER_SERVICE", "DEFAULT_MAX_ATTEMPTS", "SPEC_FILE", "TOKEN_FILE", "application_spec",
-           "container_shapes", "application_modules", "local_path_warnings"]
+           "add_pinned_services", "running_nodes", "container_shapes", "application_modules", "local_path_warnings"]
 
 #: Every stram application carries this YARN application tag (``list_apps`` filters on it).
 STRAM_TAG = "stram"
@@ -206,9 +206,78 @@ def application_spec(spec: Any, spec_path: str | None = None, *, python_env: str
         authority = app_path.split("://", 1)[1].split("/", 1)[0]
         if authority:
             file_systems.append(app_path.split("://", 1)[0] + "://" + authority)
-    return skein.ApplicationSpec(
+    aspec = skein.ApplicationSpec(
         name=name, queue=queue, tags=tags, max_attempts=max_attempts, node_label=node_label,
         file_systems=file_systems, master=master, services=services)
+    # the services pinned to a node label; those pinned to nodes and racks need the cluster's nodes,
+    # which submit() adds once connected (a dry run has no cluster: it shows none)
+    add_pinned_services(aspec, spec, None)
+    return aspec
+
+
+def running_nodes(client: Any) -> list[tuple[str, str, frozenset[str]]]:
+    """(host, rack, node labels) of the cluster's RUNNING nodes, from the ResourceManager (``skein.Client``)."""
+    reports = client.get_nodes(states=["RUNNING"])
+    return sorted({(r.host, r.rack_name or "", frozenset(r.labels or ())) for r in reports})
+
+
+def add_pinned_services(aspec: Any, spec: Any, nodes: list[tuple[str, str, frozenset[str]]] | None) -> str:
+    """Add to ``aspec`` the pinned services (:mod:`stram.common.skeinkeys`) the master places containers with.
+
+    For each container shape's service: one per node label the spec's operators ask for
+    (NODE_LABEL), and -- when the cluster has 2 to PLACEMENT_MAX_NODES RUNNING ``nodes``
+    (:func:`running_nodes`) -- one per node (``nodes=[host]``) and, with two racks or more, one
+    per rack (``racks=[rack]``), all with ``relax_locality=False``: YARN gives such a service
+    containers only where it names. With the application's node label set, only nodes having it
+    are pinned. ``nodes`` None (``launch --yarn --dry-run``: no cluster to ask) adds no node or
+    rack service. Returns why none was added though the cluster has nodes ("": they were, or
+    one node needs none), which the master notes in its events (PLACEMENT_NOTE_ENV).
+    """
+    import skein
+
+    general = {name: svc for name, svc in aspec.services.items() if not parse_service(name)[1]}
+    labels = sorted(_operator_labels(spec))
+    if aspec.node_label:
+        nodes = [n for n in nodes or [] if aspec.node_label in n[2]]
+    cap = int(spec.attribute("PLACEMENT_MAX_NODES"))
+    note = ""
+    if nodes is not None and len(nodes) > cap:
+        note = (f"the cluster has {len(nodes)} RUNNING nodes, more than PLACEMENT_MAX_NODES={cap}: no service "
+                f"pinned to a node or rack; containers go where YARN puts them (placement and the blacklist "
+                f"are not applied)")
+        log.warning(note)
+        nodes = []
+    hosts = sorted({host for host, _, _ in nodes or []}) if len(nodes or []) > 1 else []
+    racks = sorted({rack for _, rack, _ in nodes or [] if rack})
+    racks = racks if len(racks) > 1 else []
+    rack_of = {host: rack for host, rack, _ in nodes or []}
+    for name, svc in general.items():
+        def pinned(env: dict[str, str] | None = None, **where: Any) -> Any:
+            return skein.Service(resources=svc.resources, script=svc.script, instances=0, files=dict(svc.files),
+                                 env={**svc.env, **(env or {})}, max_restarts=0, allow_failures=True,
+                                 relax_locality=False, **where)
+        for host in hosts:  # the node's rack in its env: the master's launcher learns the racks from it
+            aspec.services[pinned_service(name, host=host)] = pinned({RACK_ENV: rack_of[host]}, nodes=[host])
+        for rack in racks:
+            aspec.services[pinned_service(name, rack=rack)] = pinned(racks=[rack])
+        for label in labels:
+            aspec.services[pinned_service(name, label=label)] = pinned(node_label=label)
+    if note:
+        aspec.master.env[PLACEMENT_NOTE_ENV] = note
+    return note
+
+
+def _operator_labels(spec: Any) -> set[str]:
+    """The node labels the spec's operators ask for (NODE_LABEL; none when stram has no such attribute)."""
+    out = set()
+    for op in spec.operators:
+        try:
+            label = spec.attribute("NODE_LABEL", op)
+        except Exception:  # noqa: BLE001 - an attribute this stram does not know: no label
+            return set()
+        if label:
+            out.add(str(label))
+    return out
 
 
 def container_shapes(spec: Any) -> dict[str, tuple[int, int]]:

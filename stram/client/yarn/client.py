@@ -21,7 +21,8 @@ from typing import Any
 from stram.client.adminhttp import ADMIN_KEY, request_json
 from stram.client.follow import follow as follow_run
 from stram.client.follow import pause_note, stall_note
-from stram.client.yarn.appspec import STRAM_TAG, application_spec, local_path_warnings
+from stram.client.yarn.appspec import (STRAM_TAG, add_pinned_services, application_spec, local_path_warnings,
+                                       running_nodes)
 from stram.client.yarn.driver import check_resources, connect, translate
 from stram.common.apps import read_token, write_token
 from stram.common.errors import AdminRequestError, ClusterUnreachable, StramError
@@ -90,6 +91,15 @@ def submit(spec: Any, *, spec_path: str | None = None, detach: bool = False, dur
         app_path = aspec.master.env["STRAM_APP_PATH"]
         with connect(principal, keytab, log_path=os.path.join(staging, "driver.log")) as client:
             check_resources(client, aspec, f" (queue {aspec.queue!r})")
+            try:  # services pinned to each node and rack, for the master's placement and blacklist
+                nodes = running_nodes(client)
+            except Exception as exc:  # noqa: BLE001 - placement is relaxed, the application runs
+                print(f"warning: could not list the cluster's nodes ({exc}); containers go where YARN "
+                      f"puts them", file=sys.stderr)
+                nodes = None
+            note = add_pinned_services(aspec, spec, nodes)
+            if note:
+                print(f"warning: {note}", file=sys.stderr)
             try:
                 app_id = client.submit(aspec)
             except Exception as exc:  # noqa: BLE001

@@ -173,6 +173,13 @@
     const stalled = $('app-stalled');  // the watchdog: a frozen committed window, and who holds it back
     stalled.hidden = !info.stalled;
     setText(stalled, info.stalled || '');
+    // nodes that lost containers repeatedly: no new container goes there until the time shown
+    const blacklisted = info.blacklistedNodes || [];
+    const blacklist = $('app-blacklist');
+    blacklist.hidden = blacklisted.length === 0;
+    setText(blacklist, blacklisted.length === 0 ? '' : 'blacklisted nodes: ' + blacklisted.map((b) =>
+      b.host + ' (' + b.failures + ' container failures, until ' + new Date(b.until).toLocaleString() + ')'
+    ).join(', '));
     const ended = ['SUCCEEDED', 'FAILED', 'KILLED'].indexOf(info.state) >= 0;
     $('shutdown-app').disabled = ended;
     $('kill-app').disabled = ended;
