@@ -511,6 +511,9 @@ class Agent:
                 continue
             # AT_MOST_ONCE recovery skips the windows missed while down
             start = max(node.current_window + 1, int(node.context.attributes.get("RESUME_FROM_WINDOW", 0)))
+            # where the master said the publisher is: on a cluster, another node's address
+            log.info("operator %s subscribes to %s.%s at %s:%d from window %d", info.name, inp.source_node_id,
+                     inp.source_port_name, inp.buffer_server_host, inp.buffer_server_port, start)
             node.remote_inputs.append(streams.subscribe(
                 node, src, inp.buffer_server_host, inp.buffer_server_port, inp.buffer_server_token,
                 f"{inp.source_node_id}.{inp.source_port_name}", start, inp.stream_codecs.get(0, "pickle"),

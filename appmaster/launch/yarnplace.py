@@ -1,8 +1,8 @@
 """Which Skein service a container request goes to: a pinned one (a node, a rack, a node label) or the general one.
 
 Skein 0.8 places containers per service, so the client adds services pinned to each node
-(``container@<host>``), rack (``container@rack:<rack>``) and node label
-(``container@label:<label>``) of each container shape (:mod:`stram.common.skeinkeys`).
+(``container@<host>``), rack (``container@rack=<rack>``) and node label
+(``container@label=<label>``) of each container shape (:mod:`stram.common.skeinkeys`).
 :class:`PinnedServices` reads them from the application's spec and picks one per
 :class:`~stram.master.launch.local.ContainerRequest`:
 

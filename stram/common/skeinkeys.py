@@ -7,8 +7,9 @@ imports the other.
 Pinned services: Skein 0.8 places containers per service (``nodes``, ``racks``,
 ``relax_locality``, ``node_label``), not per ``add_container`` call, so the client adds,
 for each container shape ``<service>``, one service per node (``<service>@<host>``), per
-rack (``<service>@rack:<rack>``) and per node label (``<service>@label:<label>``), which
-the master's launcher picks from per request.
+rack (``<service>@rack=<rack>``) and per node label (``<service>@label=<label>``), which
+the master's launcher picks from per request. ``=`` is in no host name, and Skein's driver
+refuses service names with ``:`` (they become HDFS path names).
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ PLACEMENT_NOTE_ENV = "STRAM_PLACEMENT_NOTE"
 #: the master's launcher reads it).
 RACK_ENV = "STRAM_RACK"
 
-_RACK = "rack:"
-_LABEL = "label:"
+_RACK = "rack="
+_LABEL = "label="
 
 
 def pinned_service(base: str, host: str | None = None, rack: str | None = None, label: str | None = None) -> str:
