@@ -1,6 +1,7 @@
 """Nodes that lose containers: counted, blacklisted for a while, back in use afterwards.
 
-A container that ends abnormally and was not stopped by the master counts a failure of its
+A container that ends abnormally and was not stopped by the master, or that the master gave up on
+because it went silent (no heartbeat, or never started), counts a failure of its
 node (``books.node_failures``); so does one lost with its node (the launcher's
 :data:`~stram.master.launch.local.NODE_LOST_EXIT`), even when the master had given it up
 already. MAX_CONSECUTIVE_CONTAINER_FAILURES_FOR_BLACKLIST failures in a row blacklist the

@@ -140,6 +140,11 @@ class PTContainer(Tracked):
     process_started: float = 0.0
     memory_mb: int = 0
     vcores: int = 1
+    #: Given up on because it went silent (no heartbeat, or never started): when its process is seen
+    #: to end, that counts against its node (a node lost with its containers looks like this first).
+    unresponsive: bool = False
+    #: Killed because someone asked (``stram kill-container``): its end is not its node's failure.
+    kill_requested: bool = False
     #: Operators placed here but not yet sent in a deploy request.
     pending_deploy: set[int] = field(default_factory=set)
     #: WAITING containers: launch once the clock passes this (restart backoff); PENDING

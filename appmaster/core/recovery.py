@@ -195,7 +195,10 @@ def handle_container_exited(books: Books, ev: ContainerExited) -> list[Instructi
     container = books.plan.containers.get(container_id)
     if container is None:
         return []
-    stopped = container.state in (ContainerState.RELEASED, ContainerState.LOST) or books.state != "RUNNING"
+    # given up on for silence, it failed on its node; released, or lost for another reason (an
+    # operator's error, a kill asked for), the master stopped it
+    stopped = container.state == ContainerState.RELEASED or books.state != "RUNNING" or container.kill_requested \
+        or (container.state == ContainerState.LOST and not container.unresponsive)
     container_ended(books, container, ev.node, exit_code, now, stopped_by_master=stopped)
     if container.state == ContainerState.RELEASED or books.state != "RUNNING":
         container.state = ContainerState.RELEASED
@@ -214,6 +217,7 @@ def handle_kill_container_request(books: Books, ev: KillContainerRequest) -> lis
     """Administrative kill: the container is lost and recovered."""
     if ev.container_id not in books.plan.containers:
         raise UnknownContainer(ev.container_id)
+    books.plan.containers[ev.container_id].kill_requested = True
     return [KillContainer(ev.container_id, "killed by request")]
 
 
@@ -236,9 +240,11 @@ def handle_tick(books: Books, ev: Tick) -> list[Instruction]:
     for container in list(plan.containers.values()):
         if container.state == ContainerState.PENDING and container.launch_at and \
                 now - container.launch_at > max(2 * timeout, 60_000):
+            container.unresponsive = True
             instructions += recover(books, [container.id], now,
                                     f"{container.id} did not start within {max(2 * timeout, 60_000)} ms", kill=True)
         if container.state == ContainerState.RUNNING and now - container.last_heartbeat_millis > timeout:
+            container.unresponsive = True
             instructions += recover(books, [container.id], now,
                                     f"no heartbeat from {container.id} for {timeout} ms", kill=True)
     watch_nodes(books, now)

@@ -510,7 +510,15 @@ def stop(args: argparse.Namespace) -> int:
     info = jvm.read_properties(os.path.join(conf_dir(state), "cluster.properties"))
     minicluster_nodes.stop_all(state, info.get("nodes", "").split(), min(args.grace, 15.0), say)
     jvm.stop_jvm(state, args.grace, say)
-    left = leftovers(state, kill=True)
+    # a container's launch script may still be starting its child while the first sweep runs
+    # (NodeManagers under recovery leave their containers running): sweep until none is left
+    left: list[int] = []
+    for _ in range(10):
+        found = leftovers(state, kill=True)
+        if not found:
+            break
+        left += found
+        time.sleep(0.2)
     if left:
         say(f"killed {len(left)} leftover process(es) of the cluster: {' '.join(map(str, left))}")
     jvm.remove(os.path.join(conf_dir(state), "cluster.properties"))

@@ -14,7 +14,7 @@ import pytest
 from statekit import FakeLauncher, StateRun
 
 from stram.client import cli
-from stram.master.core.events import ContainerExited
+from stram.master.core.events import ContainerExited, KillContainerRequest
 from stram.master.core.instructions import LaunchContainer
 from stram.master.core.nodes import container_ended, fine_after_millis
 from stram.master.core.state import MasterState
@@ -147,11 +147,20 @@ def test_a_container_lost_with_its_node_counts_even_after_the_master_gave_it_up(
     r.now += 10_000  # no heartbeat for longer than HEARTBEAT_TIMEOUT_MILLIS: the master kills and replaces it
     r.state.tick(r.now)
     assert r.state.plan.containers[cid].state == "LOST" and r.state.node_failures == {}
-    r.state.handle(ContainerExited(cid, 137, r.now, node="127.0.0.4"))  # its kill: not a failure of the node
-    assert r.state.node_failures == {}
+    # it went silent on its node (as when the node is lost): its end counts, whatever the kill's code
+    r.state.handle(ContainerExited(cid, 137, r.now, node="127.0.0.4"))
+    assert r.state.node_failures == {"127.0.0.4": 1}
     other = r.state.plan.containers[r.cid("out")]
     r.state.handle(ContainerExited(other.id, NODE_LOST_EXIT, r.now, node="127.0.0.4"))
-    assert r.state.node_failures == {"127.0.0.4": 1}
+    assert r.state.node_failures == {"127.0.0.4": 2}
+
+
+def test_a_kill_asked_for_is_not_the_nodes_failure():
+    r = run()
+    cid = r.cid("src")
+    r.state.handle(KillContainerRequest(cid, r.now))  # `stram kill-container`: the master stops it
+    r.state.handle(ContainerExited(cid, 137, r.now, node="127.0.0.2"))
+    assert r.state.node_failures == {}
 
 
 def test_a_container_running_fine_resets_its_nodes_count():
