@@ -98,11 +98,12 @@ class ParquetInput(InputOperator):
 
     With ``rate`` it replays the file at that many rows per second of wall time (each of ``n``
     partitions paces ``rate / n``): the ``k``-th row a partition emits goes out no earlier than
-    ``k / rate`` after its first, by a token bucket filled from the wall clock; a window may emit at
-    most :data:`PACE_WINDOWS` windows' worth (``rate * window size``), so a source that fell behind
-    catches up at a bounded pace. With ``start_report`` (a local directory) each partition writes
-    ``<operator>.<partition>.json`` there when it emits its first row: the wall time its schedule
-    counts from (``started``, epoch seconds), its rate and path.
+    ``k * n / rate`` seconds after its first, by a token bucket filled from the wall clock; a window
+    may emit at most :data:`PACE_WINDOWS` windows' worth (``rate / n * window size``), so a source
+    that fell behind catches up at a bounded pace. With ``start_report`` (a local directory) each
+    partition writes ``<operator>.<partition>.json`` there when it emits its first row: the wall time
+    its schedule counts from (``started``, epoch seconds), its rate and path. A restarted partition
+    paces from its first row after the restart; the note keeps the first start.
     """
 
     output = OutputPort()
