@@ -3,7 +3,7 @@
     python -m bench.nexmark --setup                     # once: Bytewax and PyFlink venvs, Flink's format jars
     python -m bench.nexmark [--events 10M] [--queries q0,q1,...] [--systems stram1,stram2,flink,bytewax]
                             [--runs 3] [--data DIR] [--seed S] [--command NAME=TEMPLATE]...
-    python -m bench.nexmark --latency [--rate 200000] [--seconds 60] [--queries q5,q7,...]
+    python -m bench.nexmark --latency [--rate 200000] [--seconds 60] [--queries q5,q7,...] [-D NAME=VALUE]...
 
 One data set (``python -m stram.nexmark generate``, cached by events and seed), then for each query every
 system ``--runs`` times, interleaved; a table per query of the medians (events/s = events / wall time of
@@ -53,6 +53,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--latency", action="store_true", help="stram only: replay at --rate and print window latencies")
     p.add_argument("--rate", type=_count, default=200_000, help="--latency: events per second replayed")
     p.add_argument("--seconds", type=float, default=60.0, help="--latency: seconds of replay")
+    p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
+                   help="--latency: passed to 'python -m stram.nexmark run' (an attribute such as "
+                        "CHECKPOINT_WINDOW_COUNT=2; repeatable)")
     return p
 
 
@@ -78,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.latency:
         from bench.nexmark import latency
-        return latency.main(queries, args.rate, args.seconds, args.seed, args.data)
+        return latency.main(queries, args.rate, args.seconds, args.seed, args.data, args.defines)
     data, events = runner.dataset(args.events, args.seed, args.data)
     print(f"data: {data} ({events:,} events)")
     results = runner.run_matrix(queries, systems, args.runs, data, events, commands)

@@ -86,11 +86,13 @@ class Flow:
     def read_parquet(self, path: str, timestamp_field: str | None = None, out_of_orderness_ms: int = 0,
                      columns: list[str] | None = None, records_per_window: int | None = None,
                      batch_rows: int | None = None, arrow: bool = False, partitions: int = 1, *,
-                     name: Any = None) -> Stream:
+                     name: Any = None, rate: float | None = None, start_report: str | None = None) -> Stream:
         """The rows of a Parquet file as dicts (``stram.operators.parquet:ParquetInput``), only ``columns``
         if given; with ``arrow=True`` as ``pyarrow.RecordBatch`` objects of ``batch_rows`` rows instead (an
         Arrow stream). ``timestamp_field`` and ``out_of_orderness_ms`` as for :meth:`read_jsonl`; partition
-        ``i`` of ``partitions`` reads stripes ``i``, ``i + partitions``, ... of ``batch_rows`` rows."""
+        ``i`` of ``partitions`` reads stripes ``i``, ``i + partitions``, ... of ``batch_rows`` rows. ``rate``:
+        replayed at that many rows per second of wall time (``start_report``: where each partition notes
+        when it started; see the operator)."""
         props: dict[str, Any] = {"path": path}
         if timestamp_field is not None:
             props["timestamp_field"] = timestamp_field
@@ -106,6 +108,10 @@ class Flow:
             props["batch_rows"] = batch_rows
         if arrow:
             props["arrow"] = True
+        if rate is not None:
+            props["rate"] = rate
+        if start_report is not None:
+            props["start_report"] = start_report
         return self._source("read_parquet", "stram.operators.parquet:ParquetInput", props, name, partitions,
                             timestamp_field, outputs=("output", "batches"), port="batches" if arrow else "output")
 

@@ -2,7 +2,7 @@
 
     python -m stram.nexmark generate --events N --seed S --out DIR
     python -m stram.nexmark oracle QUERY --data DIR --out FILE.jsonl
-    python -m stram.nexmark run QUERY --data DIR --out OUTDIR [--partitions N] [-D NAME=VALUE]...
+    python -m stram.nexmark run QUERY --data DIR --out OUTDIR [--partitions N] [--rate EVENTS_PER_S] [-D NAME=VALUE]...
 """
 
 from __future__ import annotations
@@ -34,6 +34,16 @@ def _count(text: str) -> int:
         value = int(number)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, not {value}")
+    return value
+
+
+def _rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of events per second: {text}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be > 0 events per second, not {text}")
     return value
 
 
@@ -79,6 +89,11 @@ def parser() -> argparse.ArgumentParser:
     run_p.add_argument("--data", required=True, metavar="DIR", help="data set directory (from 'generate')")
     run_p.add_argument("--out", required=True, metavar="OUTDIR", help="output directory for *.jsonl results")
     run_p.add_argument("--partitions", type=_positive, default=1, help="partitions of the query's operators")
+    run_p.add_argument("--rate", type=_rate, metavar="EVENTS_PER_S",
+                       help="replay the data set at this many events per second of wall time: event i goes out "
+                            "no earlier than i/rate seconds after the sources start (each kind's source paces "
+                            "its share, each partition its part, a token bucket per streaming window); the "
+                            "summary then lists when each source started. Default: as fast as possible")
     run_p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
                        help="set an attribute or property of the query's application (repeatable), as "
                             "`stram launch -D` does")
@@ -126,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
     from stram.nexmark.runner import format_summary, run_query
     try:
         summary = run_query(args.query, args.data, args.out, args.partitions, args.defines,
-                            progress=not (args.quiet or args.json))
+                            progress=not (args.quiet or args.json), rate=args.rate)
     except (ValueError, OSError, FlowError, StramError) as e:
         raise SystemExit(f"nexmark run: {e}")
     print(json.dumps(summary) if args.json else format_summary(summary), flush=True)

@@ -50,6 +50,9 @@ AUCTION_FIELDS = ["id", "itemName", "description", "initialBid", "reserve", "dat
 
 #: The event-time field of every NEXMark record.
 TIME = "dateTime"
+#: The sources' out-of-orderness bound: none, the generator writes events in time order. A window
+#: ``[start, end)`` fires once a source has emitted an event at ``end`` + this bound or later.
+OUT_OF_ORDERNESS_MS = 0
 #: Interval-join bounds wider than any data set's time span: q3's join is not windowed.
 UNBOUNDED_MS = 1 << 50
 #: A tumbling window this long holds all of a data set (windows start at epoch 0): q4's one window.
@@ -65,13 +68,20 @@ class Sources:
     A source's output stream is partitioned by one key for all its readers (the first partitioned
     reader's), so shared sources are shared only by readers keyed alike (``by``: the field a reader
     partitions by, None for a stateless one, which takes any).
+
+    ``rate``: the data set is replayed at that many events per second of wall time, each kind's source
+    pacing its share (its rows / all rows), so event ``i`` goes out about ``i / rate`` after the start;
+    ``start_report``: the directory where the sources note when they started (ParquetInput's property).
     """
 
-    def __init__(self, flow: Flow, data_dir: str, partitions: int = 1, shared: bool = False) -> None:
+    def __init__(self, flow: Flow, data_dir: str, partitions: int = 1, shared: bool = False,
+                 rate: float | None = None, start_report: str | None = None) -> None:
         self.flow = flow
         self.data_dir = data_dir
         self.partitions = partitions
         self.shared = shared
+        self.rate = rate
+        self.start_report = start_report
         #: (kind, arrow) -> [[key field or None, stream], ...] (shared); (kind, arrow, columns) -> stream.
         self.made: dict[tuple, Any] = {}
         #: Streams several queries derive alike (q4's and q9's winners), by name.
@@ -105,10 +115,20 @@ class Sources:
         made.append([by, self._source(kind, None, arrow, name)])
         return made[-1][1]
 
+    def kind_rate(self, kind: str) -> float | None:
+        """``kind``'s share of the replay rate: rate * its rows / the data set's rows (None: no rate)."""
+        if self.rate is None:
+            return None
+        import pyarrow.parquet as pq
+        rows = {k: pq.ParquetFile(self.path(k)).metadata.num_rows for k in ("person", "auction", "bid")}
+        return self.rate * rows[kind] / max(sum(rows.values()), 1) or None
+
     def _source(self, kind: str, columns: list[str] | None, arrow: bool, name: str) -> Stream:
-        return self.flow.read_parquet(self.path(kind), timestamp_field=TIME if columns is None or TIME in columns
-                                      else None, columns=columns, batch_rows=BATCH_ROWS, arrow=arrow,
-                                      partitions=self.partitions, name=name)
+        timed = columns is None or TIME in columns
+        return self.flow.read_parquet(self.path(kind), timestamp_field=TIME if timed else None,
+                                      out_of_orderness_ms=OUT_OF_ORDERNESS_MS, columns=columns, batch_rows=BATCH_ROWS,
+                                      arrow=arrow, partitions=self.partitions, name=name, rate=self.kind_rate(kind),
+                                      start_report=self.start_report if self.rate is not None else None)
 
 
 def _parts(partitions: int) -> int | None:

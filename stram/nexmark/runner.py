@@ -3,7 +3,9 @@
 :func:`build` makes the query's :class:`~stram.flow.Flow`; :func:`run_query` compiles it (``-D``
 overrides applied), launches it locally (:func:`stram.client.commands.launch_local`), follows it to
 its end and returns the summary: events in the data set, result rows written, wall seconds from
-launch to end (startup included) and events per second.
+launch to end (startup included) and events per second. With a ``rate`` the sources replay the data
+set at that many events per second of wall time, and the summary lists when each source partition
+emitted its first row (``sources``: the moments the replay's schedule counts from).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -18,20 +21,35 @@ import time
 from typing import Any, Iterable
 
 from stram.flow import Flow
-from stram.nexmark.queries import QUERIES, add_query
+from stram.nexmark.queries import QUERIES, Sources, add_query
 
-__all__ = ["ATTRIBUTES", "build", "run_query", "count_rows", "format_summary"]
+__all__ = ["ATTRIBUTES", "build", "run_query", "count_rows", "format_summary", "source_starts"]
 
 #: A batch run's attributes: exactly-once output, checkpoints every 10 s (``-D`` changes them).
 ATTRIBUTES = {"STREAMING_WINDOW_SIZE_MILLIS": 500, "CHECKPOINT_WINDOW_COUNT": 20, "PROCESSING_MODE": "EXACTLY_ONCE"}
 
 
-def build(query: str, data_dir: str, out_dir: str, partitions: int = 1) -> Flow:
-    """The flow running ``query`` over the data set in ``data_dir``, its results under ``out_dir``."""
+def build(query: str, data_dir: str, out_dir: str, partitions: int = 1, rate: float | None = None,
+          start_report: str | None = None) -> Flow:
+    """The flow running ``query`` over the data set in ``data_dir``, its results under ``out_dir``;
+    ``rate``: replayed at that many events per second (``start_report``: see :class:`Sources`)."""
+    paced = f", replayed at {rate:g} events/s" if rate else ""
     flow = Flow(f"nexmark-{query}", attributes=dict(ATTRIBUTES),
-                description=f"NEXMark {query} over {data_dir} ({partitions} partition(s))")
-    add_query(query, flow, os.path.abspath(data_dir), os.path.abspath(out_dir), partitions)
+                description=f"NEXMark {query} over {data_dir} ({partitions} partition(s){paced})")
+    data_dir = os.path.abspath(data_dir)
+    sources = Sources(flow, data_dir, partitions, rate=rate, start_report=start_report)
+    add_query(query, flow, data_dir, os.path.abspath(out_dir), partitions, sources)
     return flow
+
+
+def source_starts(report_dir: str) -> list[dict[str, Any]]:
+    """The start notes the paced sources wrote into ``report_dir`` (operator, partition, path, rate,
+    ``started`` in epoch seconds), by operator and partition."""
+    notes = []
+    for path in sorted(pathlib.Path(report_dir).glob("*.json")):
+        with open(path) as f:
+            notes.append(json.load(f))
+    return sorted(notes, key=lambda n: (n["operator"], n["partition"]))
 
 
 def count_rows(out_dir: str) -> int:
@@ -55,8 +73,9 @@ def events_of(data_dir: str) -> int:
 
 
 def run_query(query: str, data_dir: str, out_dir: str, partitions: int = 1, defines: Iterable[str] = (),
-              progress: bool = True, poll_seconds: float = 0.1) -> dict[str, Any]:
-    """Run ``query`` on stram to its end; its summary (``state`` SUCCEEDED unless it failed).
+              progress: bool = True, poll_seconds: float = 0.1, rate: float | None = None) -> dict[str, Any]:
+    """Run ``query`` on stram to its end; its summary (``state`` SUCCEEDED unless it failed). ``rate``:
+    replay the data set at that many events per second of wall time (None: as fast as it goes).
 
     Raises
     ------
@@ -73,9 +92,12 @@ def run_query(query: str, data_dir: str, out_dir: str, partitions: int = 1, defi
                              f"'python -m stram.nexmark generate')")
     if os.path.isdir(out_dir) and os.listdir(out_dir):
         raise ValueError(f"{out_dir} is not empty: results are counted from it; give a new or empty directory")
+    if rate is not None and not rate > 0:
+        raise ValueError(f"the replay rate must be > 0 events per second, not {rate}")
     os.makedirs(out_dir, exist_ok=True)
-    spec = build(query, data_dir, out_dir, partitions).compile()
     with tempfile.TemporaryDirectory(prefix="stram-nexmark-") as tmp:
+        reports = os.path.join(tmp, "starts")
+        spec = build(query, data_dir, out_dir, partitions, rate, reports if rate else None).compile()
         path = os.path.join(tmp, f"nexmark-{query}.yaml")
         with open(path, "w") as f:
             f.write(spec.to_yaml())
@@ -83,27 +105,33 @@ def run_query(query: str, data_dir: str, out_dir: str, partitions: int = 1, defi
         started = time.monotonic()
         done = subprocess.run([sys.executable, "-m", "stram.client.cli", "launch", path, *args, "--detach"],
                               capture_output=True, text=True)
-    if done.returncode != 0:
-        raise ValueError(f"stram launch refused the query: {done.stderr.strip() or done.stdout.strip()}")
-    app_id = done.stdout.strip().splitlines()[-1]
-    shown = 0.0
-    while (app := find_app(app_id)).get("state") not in TERMINAL:
-        time.sleep(poll_seconds)
-        elapsed = time.monotonic() - started
-        if progress and elapsed - shown >= 5:
-            shown = elapsed
-            print(f"[{elapsed:6.1f}s] {app_id} {app.get('state')}", file=sys.stderr, flush=True)
-    seconds = time.monotonic() - started
+        if done.returncode != 0:
+            raise ValueError(f"stram launch refused the query: {done.stderr.strip() or done.stdout.strip()}")
+        app_id = done.stdout.strip().splitlines()[-1]
+        shown = 0.0
+        while (app := find_app(app_id)).get("state") not in TERMINAL:
+            time.sleep(poll_seconds)
+            elapsed = time.monotonic() - started
+            if progress and elapsed - shown >= 5:
+                shown = elapsed
+                print(f"[{elapsed:6.1f}s] {app_id} {app.get('state')}", file=sys.stderr, flush=True)
+        seconds = time.monotonic() - started
+        starts = source_starts(reports) if os.path.isdir(reports) else []
+        shutil.rmtree(reports, ignore_errors=True)
     events = events_of(data_dir)
-    return {"query": query, "events": events, "rows": count_rows(out_dir), "seconds": round(seconds, 3),
-            "events_per_second": round(events / seconds, 1) if seconds > 0 else None, "partitions": partitions,
-            "state": app.get("state"), "diagnostics": app.get("diagnostics") or "", "app_id": app_id,
-            "out": out_dir}
+    summary = {"query": query, "events": events, "rows": count_rows(out_dir), "seconds": round(seconds, 3),
+               "events_per_second": round(events / seconds, 1) if seconds > 0 else None, "partitions": partitions,
+               "state": app.get("state"), "diagnostics": app.get("diagnostics") or "", "app_id": app_id,
+               "out": out_dir}
+    if rate is not None:
+        summary.update(rate=rate, sources=starts)
+    return summary
 
 
 def format_summary(s: dict[str, Any]) -> str:
     """The summary as one line."""
+    paced = f", replayed at {s['rate']:,g} events/s" if s.get("rate") else ""
     line = (f"nexmark {s['query']}: {s['events']:,} events, {s['rows']:,} result rows in {s['seconds']:.1f} s: "
-            f"{s['events_per_second'] or 0:,.0f} events/s ({s['partitions']} partition(s), {s['app_id']} "
+            f"{s['events_per_second'] or 0:,.0f} events/s ({s['partitions']} partition(s){paced}, {s['app_id']} "
             f"{s['state']})")
     return line + (f": {s['diagnostics']}" if s.get("diagnostics") else "")

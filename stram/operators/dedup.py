@@ -59,10 +59,6 @@ class Dedup(EventTimeOperator):
         self._fields = Fields(self)
         self._rebuild()
 
-    def set_state(self, state: dict[str, Any]) -> None:
-        super().set_state(state)
-        self._rebuild()
-
     def _rebuild(self) -> None:
         """The expiry heap (t + 2 * within, number, key, t), from the state."""
         self._heap = [(t + 2 * self.within_ms, n, k, t) for n, (k, t) in
@@ -94,15 +90,9 @@ class Dedup(EventTimeOperator):
             self._count += 1
             heapq.heappush(heap, (t + keep, self._count, k, t))
             out.append(r)
-        if out:
-            self.output.emit_batch(out)
-        if late:
-            self.late.emit_batch(late)
+        self._emit(out, late)
 
-    def on_watermark(self, watermark: int) -> None:
-        if watermark <= self.watermark:
-            return
-        self.watermark = watermark
+    def _expire(self, watermark: int) -> None:
         heap, seen = self._heap, self.seen
         while heap and heap[0][0] < watermark:
             _, _, k, t = heapq.heappop(heap)
@@ -110,9 +100,6 @@ class Dedup(EventTimeOperator):
             times.remove(t)
             if not times:
                 del seen[k]
-
-    def end_window(self) -> None:
-        self._report()
 
     @classmethod
     def split_state(cls, states: list[dict[str, Any]], count: int,

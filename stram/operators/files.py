@@ -21,8 +21,9 @@ from stram.common import fs
 from stram.common.partition import partition_hash
 from stram.common.watermarks import IDLE, MAX_WATERMARK
 from stram.operator import FatalError, InputOperator, OperatorContext, OutputPort, ShutdownException
+from stram.operators.io import LineChunks, decode_lines
 
-__all__ = ["DirectoryInput", "LineChunks", "owns_file"]
+__all__ = ["DirectoryInput", "owns_file"]
 
 log = logging.getLogger("stram.operators.files")
 
@@ -34,68 +35,6 @@ FORMATS = ("lines", "jsonl")
 def owns_file(name: str, index: int, count: int) -> bool:
     """True when partition ``index`` of ``count`` reads the file ``name``."""
     return count <= 1 or partition_hash(name) % count == index
-
-
-class LineChunks:
-    """Complete lines of a file, from a byte offset, read in large chunks.
-
-    ``read(n)`` returns up to ``n`` lines as one ``bytes`` run (lines joined by
-    ``\\n``, without the last newline), their count and the file offset after
-    them; a count of 0 means the end of the file. A last line without a newline
-    counts as a line: files in a watched directory are complete when they appear.
-    """
-
-    CHUNK = 1 << 20
-
-    def __init__(self, uri: str, offset: int) -> None:
-        self._f = fs.open_input(uri)
-        if offset:
-            self._f.seek(offset)
-        self.offset = offset
-        self._buf = b""
-        self._pos = 0
-        self._eof = False
-
-    def _fill(self) -> bool:
-        if self._eof:
-            return False
-        chunk = self._f.read(self.CHUNK)
-        if not chunk:
-            self._eof = True
-            return False
-        self._buf = self._buf[self._pos:] + chunk
-        self._pos = 0
-        return True
-
-    def read(self, n: int) -> tuple[bytes, int, int]:
-        while True:
-            buf, pos = self._buf, self._pos
-            find = buf.find
-            end, count = pos, 0
-            while count < n:
-                cut = find(b"\n", end)
-                if cut < 0:
-                    break
-                end = cut + 1
-                count += 1
-            if count == n or (count and self._eof):
-                self._pos = end
-                self.offset += end - pos
-                return buf[pos:end - 1], count, self.offset
-            if self._fill():
-                continue
-            if count:
-                self._pos = end
-                self.offset += end - pos
-                return buf[pos:end - 1], count, self.offset
-            if pos < len(buf):  # the last line, without a newline
-                self._buf, self._pos = b"", 0
-                self.offset += len(buf) - pos
-                return buf[pos:], 1, self.offset
-            return b"", 0, self.offset
-
-    def close(self) -> None:
-        self._f.close()
 
 
 class DirectoryInput(InputOperator):
@@ -198,10 +137,7 @@ class DirectoryInput(InputOperator):
         now = time.monotonic()
         self._last_file = now
         if self.format == "lines":
-            text = run.decode("utf-8", "replace")
-            out: list[Any] = text.split("\n")
-            if "\r" in text:
-                out = [line.rstrip("\r") for line in out]
+            out: list[Any] = decode_lines(run)
         else:
             out = self._parse(run.split(b"\n"), first)
         if out:

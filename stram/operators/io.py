@@ -48,7 +48,7 @@ class LineReader(InputOperator):
             raise FatalError(f"LineReader: the input file {self.path} does not exist")
         if kind == "directory":
             raise FatalError(f"LineReader: the input path {self.path} is a directory, not a file")
-        self._file = _LineFile(self.path, self.offset)
+        self._file = LineChunks(self.path, self.offset)
 
     def begin_window(self, window_id: int) -> None:
         self._left = self.lines_per_window
@@ -104,7 +104,7 @@ class JsonLinesReader(InputOperator):
         self.offset = 0
         #: Largest event time seen.
         self.max_timestamp: Optional[int] = None
-        self._file: Optional[_LineFile] = None
+        self._file: Optional[LineChunks] = None
         self._files: list[str] = []
         self._left: Optional[int] = None
         self._context: Optional[OperatorContext] = None
@@ -142,7 +142,7 @@ class JsonLinesReader(InputOperator):
         if self.file_index >= len(self._files):
             self._end()
         if self._file is None:
-            self._file = _LineFile(self._files[self.file_index], self.offset)
+            self._file = LineChunks(self._files[self.file_index], self.offset)
         lines, self.offset = self._file.read_lines(n)
         records = self._parse(lines)
         if self._left is not None:
@@ -215,27 +215,33 @@ class JsonLinesReader(InputOperator):
             self._file = None
 
 
-class _LineFile:
-    """Lines of a file (local, or HDFS through ``pyarrow.fs``) read in large chunks, with exact byte offsets.
+class LineChunks:
+    """Complete lines of a file (local, or a ``pyarrow.fs`` URI), from a byte offset, read in large chunks.
 
-    The buffer holds the bytes from the file offset of the next unread line on;
-    reading keeps a position in it instead of slicing the rest off after every
-    line, so a call costs time in the bytes it returns, not in the buffer size.
+    ``read(n)`` returns up to ``n`` lines as one ``bytes`` run (lines joined by ``\\n``, without the
+    last newline), their count and the file offset after them; fewer than ``n`` only at the end of
+    the file, and a count of 0 means the end. A last line without a newline counts as a line (it
+    comes alone, after the complete ones). ``read_lines(n)`` gives the lines decoded (UTF-8, bad
+    bytes replaced, a trailing ``\\r`` dropped). The buffer keeps a position instead of slicing the
+    rest off after every read, and a read never scans a byte twice, so a call costs time in the
+    bytes it returns, not in the buffer size.
     """
 
     CHUNK = 1 << 20
 
-    def __init__(self, path: str, offset: int) -> None:
-        self._f = fs.open_input(path)
-        self._f.seek(offset)
-        #: File offset of the byte at ``self._pos`` in the buffer.
-        self._offset = offset
+    def __init__(self, uri: str, offset: int) -> None:
+        self._f = fs.open_input(uri)
+        if offset:
+            self._f.seek(offset)
+        #: File offset of the next unread line.
+        self.offset = offset
         self._buf = b""
         self._pos = 0
         self._eof = False
 
     def _fill(self) -> bool:
-        """Append the next chunk to the unread part of the buffer; False at the end of the file."""
+        """Append the next chunk to the unread part of the buffer (which then starts at 0); False at
+        the end of the file."""
         if self._eof:
             return False
         chunk = self._f.read(self.CHUNK)
@@ -246,44 +252,59 @@ class _LineFile:
         self._pos = 0
         return True
 
-    def read_lines(self, n: int) -> tuple[list[str], int]:
-        """Up to ``n`` lines (without newlines) and the offset after them."""
-        lines: list[str] = []
-        while len(lines) < n:
-            buf, pos = self._buf, self._pos
-            find = buf.find
-            end = pos
-            want = n - len(lines)
-            count = 0
-            while count < want:
+    def read(self, n: int) -> tuple[bytes, int, int]:
+        end, count = self._pos, 0
+        while True:
+            find = self._buf.find
+            while count < n:
                 cut = find(b"\n", end)
                 if cut < 0:
                     break
                 end = cut + 1
                 count += 1
-            if count:
-                # the whole run of complete lines is decoded at once: a newline byte is never part of
-                # a multi-byte UTF-8 sequence, so this decodes each line exactly as decoding it alone
-                text = buf[pos:end - 1].decode("utf-8", "replace")
-                part = text.split("\n")
-                if "\r" in text:
-                    part = [line.rstrip("\r") for line in part]
-                lines.extend(part)
-                self._offset += end - pos
-                self._pos = end
-                continue
-            if self._fill():
-                continue
-            if pos >= len(buf):
+            if count == n:
                 break
-            # a last line without a newline
-            lines.append(buf[pos:].decode("utf-8", "replace").rstrip("\r"))
-            self._offset += len(buf) - pos
+            pos = self._pos
+            if not self._fill():
+                break
+            end -= pos      # the unread bytes moved to the buffer's start
+        buf, pos = self._buf, self._pos
+        if count:
+            self._pos = end
+            self.offset += end - pos
+            return buf[pos:end - 1], count, self.offset
+        if pos < len(buf):  # the last line, without a newline
             self._buf, self._pos = b"", 0
-        return lines, self._offset
+            self.offset += len(buf) - pos
+            return buf[pos:], 1, self.offset
+        return b"", 0, self.offset
+
+    def read_lines(self, n: int) -> tuple[list[str], int]:
+        """Up to ``n`` lines, decoded, without newlines (fewer only at the end), and the offset after them."""
+        lines: list[str] = []
+        while len(lines) < n:
+            run, count, _ = self.read(n - len(lines))
+            if not count:
+                break
+            lines += decode_lines(run)
+        return lines, self.offset
 
     def close(self) -> None:
         self._f.close()
+
+
+def decode_lines(run: bytes) -> list[str]:
+    """The lines of a run of lines joined by ``\\n`` (as :meth:`LineChunks.read` gives them): decoded as
+    UTF-8 (bad bytes replaced), a trailing ``\\r`` dropped.
+
+    The run is decoded at once: a newline byte is never part of a multi-byte UTF-8 sequence, so this
+    decodes each line exactly as decoding it alone would.
+    """
+    text = run.decode("utf-8", "replace")
+    lines = text.split("\n")
+    if "\r" in text:
+        lines = [line.rstrip("\r") for line in lines]
+    return lines
 
 
 #: What orjson cannot write (an integer past 64 bits) goes through the standard encoder, as before.

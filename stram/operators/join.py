@@ -72,9 +72,6 @@ class _TwoSided(EventTimeOperator):
     def _side(self, records: list, side: int) -> None:
         raise NotImplementedError
 
-    def end_window(self) -> None:
-        self._report()
-
 
 class WindowedJoin(_TwoSided):
     """Pairs the left and right records of one key that fall in the same window; a window's pairs go
@@ -107,11 +104,6 @@ class WindowedJoin(_TwoSided):
         self._spec = spec = WindowSpec(self._name, getattr(self, "window", None))
         self._lateness = 0 if spec.processing else self._int("allowed_lateness_ms", 0)
         self._rebuild()
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        super().set_state(state)
-        if self._spec is not None:
-            self._rebuild()
 
     def _rebuild(self) -> None:
         self._heap = [(x[1], x[0], x[4], k) for k, lst in self.sessions.items() for x in lst]
@@ -147,8 +139,7 @@ class WindowedJoin(_TwoSided):
                 if e is None:
                     e = d[k] = [[], []]
                 e[side].append(r)
-        if late:
-            self.late.emit_batch(late)
+        self._emit(late=late)
 
     def _session_add(self, k: Any, t: int, side: int, r: Any) -> None:
         end = t + self._spec.gap
@@ -174,10 +165,7 @@ class WindowedJoin(_TwoSided):
         x[2 + side].append(item)
         heapq.heappush(self._heap, (x[1], x[0], x[4], k))
 
-    def on_watermark(self, watermark: int) -> None:
-        if watermark <= self.watermark:
-            return
-        self.watermark = watermark
+    def _expire(self, watermark: int) -> None:
         if not self._spec.processing or watermark == MAX_WATERMARK:
             self._fire(watermark)
 
@@ -206,8 +194,7 @@ class WindowedJoin(_TwoSided):
             for s in sorted(s for s in self.panes if s + size <= deadline):
                 for k, (lefts, rights) in self.panes.pop(s).items():
                     self._pairs(rows, k, s, s + size, lefts, rights)
-        if rows:
-            self.output.emit_batch(rows)
+        self._emit(rows)
 
     def _pairs(self, rows: list, k: Any, start: int, end: int, lefts: list, rights: list) -> None:
         for left in lefts:
@@ -258,10 +245,6 @@ class IntervalJoin(_TwoSided):
         upper = self._int("upper_ms", -(1 << 62))
         if lower > upper:
             raise fail(self._name, "lower_ms", f"lower_ms {lower} is above upper_ms {upper}: nothing could match")
-        self._rebuild()
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        super().set_state(state)
         self._rebuild()
 
     def _rebuild(self) -> None:
@@ -317,15 +300,9 @@ class IntervalJoin(_TwoSided):
                 d = mine[k] = {}
             d[n] = entry
             heapq.heappush(heap, (t + keep, n, k))
-        if rows:
-            self.output.emit_batch(rows)
-        if late:
-            self.late.emit_batch(late)
+        self._emit(rows, late)
 
-    def on_watermark(self, watermark: int) -> None:
-        if watermark <= self.watermark:
-            return
-        self.watermark = watermark
+    def _expire(self, watermark: int) -> None:
         rows = []
         for side, state in ((0, self.lefts), (1, self.rights)):
             heap = self._heaps[side]
@@ -337,8 +314,7 @@ class IntervalJoin(_TwoSided):
                     del state[k]
                 if side == 0 and not e[2] and self.how == "left":
                     rows.append({"key": k, "left": e[1], "right": None})
-        if rows:
-            self.output.emit_batch(rows)
+        self._emit(rows)
 
     @classmethod
     def split_state(cls, states: list[dict[str, Any]], count: int,

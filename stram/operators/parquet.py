@@ -20,7 +20,11 @@ twice and never deleted.
 
 from __future__ import annotations
 
+import json
 import logging
+import math
+import os
+import time
 import urllib.parse
 from typing import Any, Optional
 
@@ -36,6 +40,9 @@ log = logging.getLogger("stram.operators.parquet")
 #: The directory value of a missing or null partition field (Hive's name for it).
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 COMPRESSIONS = ("zstd", "snappy", "gzip", "brotli", "lz4", "none")
+#: A paced ParquetInput emits at most this many windows' worth of its rate in one streaming window
+#: (one on schedule, one more to catch up after a slow window).
+PACE_WINDOWS = 2
 
 
 def to_table(records: list[dict], drop: Optional[str] = None) -> Any:
@@ -88,6 +95,15 @@ class ParquetInput(InputOperator):
     the end of the file the maximum. Partition ``i`` of ``n`` reads the file's stripes of
     ``batch_rows`` rows ``i``, ``i + n``, ... (so partitions advance through event time together).
     A row whose timestamp is null is logged, counted in the ``malformed`` metric and skipped.
+
+    With ``rate`` it replays the file at that many rows per second of wall time (each of ``n``
+    partitions paces ``rate / n``): the ``k``-th row a partition emits goes out no earlier than
+    ``k * n / rate`` seconds after its first, by a token bucket filled from the wall clock; a window
+    may emit at most :data:`PACE_WINDOWS` windows' worth (``rate / n * window size``), so a source
+    that fell behind catches up at a bounded pace. With ``start_report`` (a local directory) each
+    partition writes ``<operator>.<partition>.json`` there when it emits its first row: the wall time
+    its schedule counts from (``started``, epoch seconds), its rate and path. A restarted partition
+    paces from its first row after the restart; the note keeps the first start.
     """
 
     output = OutputPort()
@@ -105,8 +121,12 @@ class ParquetInput(InputOperator):
     batch_rows: int = 4096
     #: Emit pyarrow.RecordBatch objects on ``batches`` instead of dicts on ``output``.
     arrow: bool = False
+    #: Rows per second of wall time, shared by the partitions (None: as fast as possible).
+    rate: Optional[float] = None
+    #: A local directory where each partition notes when its paced replay started (None: nowhere).
+    start_report: Optional[str] = None
     transient = ("_file", "_batches", "_current", "_left", "_context", "_where", "_part", "_parts", "_starts",
-                 "_ts", "_done")
+                 "_ts", "_done", "_pace", "_window_rows")
 
     def __init__(self) -> None:
         #: Index (in the file) of the next row to emit or skip: every row of this partition before it went out.
@@ -125,6 +145,8 @@ class ParquetInput(InputOperator):
         self._starts: list[int] = []
         self._ts = -1
         self._done = False
+        self._pace: Optional[tuple[float, int]] = None   # (wall time the schedule counts from, rows emitted since)
+        self._window_rows = 0   # rows the bucket still lets out in this window
 
     def setup(self, context: OperatorContext) -> None:
         import pyarrow.parquet as pq
@@ -141,6 +163,10 @@ class ParquetInput(InputOperator):
                 or self.out_of_orderness_ms < 0:
             raise FatalError(f"{where}: property 'out_of_orderness_ms' must be an integer >= 0, "
                              f"got {self.out_of_orderness_ms!r}")
+        rate = self.rate
+        if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0
+                                 or math.isinf(rate)):
+            raise FatalError(f"{where}: property 'rate' must be a number of rows per second > 0, got {rate!r}")
         kind = fs.file_type(self.path)
         if kind != "file":
             raise FatalError(f"{where}: property 'path': {self.path} is "
@@ -183,6 +209,36 @@ class ParquetInput(InputOperator):
 
     def begin_window(self, window_id: int) -> None:
         self._left = self.records_per_window
+        if self.rate is not None:
+            self._window_rows = self.window_allowance()
+
+    def window_allowance(self) -> int:
+        """The most rows one partition emits in a streaming window when paced: :data:`PACE_WINDOWS`
+        windows' worth of its share of ``rate``."""
+        size = self._context.streaming_window_size_millis if self._context is not None else 500
+        return math.ceil(self.rate / self._parts * size / 1000 * PACE_WINDOWS)
+
+    def _due(self) -> int:
+        """Rows the pace lets out now: those scheduled by the wall clock, within the window's allowance."""
+        now = time.time()
+        if self._pace is None:
+            self._pace = (now, 0)
+            self._report_start(now)
+        started, emitted = self._pace
+        scheduled = math.floor((now - started) * self.rate / self._parts) + 1
+        return max(0, min(scheduled - emitted, self._window_rows))
+
+    def _report_start(self, now: float) -> None:
+        if not self.start_report or self._context is None:
+            return
+        path = os.path.join(self.start_report, f"{self._context.name}.{self._part}.json")
+        if os.path.exists(path):    # a restart: the first start stands
+            return
+        os.makedirs(self.start_report, exist_ok=True)
+        with open(path + ".tmp", "w") as f:
+            json.dump({"operator": self._context.name, "partition": self._part, "partitions": self._parts,
+                       "path": self.path, "rate": self.rate, "started": now}, f)
+        os.replace(path + ".tmp", path)
 
     def emit_tuples(self) -> None:
         n = self.batch_rows
@@ -190,11 +246,18 @@ class ParquetInput(InputOperator):
             n = min(n, self._left)
             if n <= 0:
                 return
+        if self.rate is not None:
+            n = min(n, self._due())
+            if n <= 0:
+                return
         chunk = self._next(n)
         if chunk is None:
             self._end()
         if self._left is not None:
             self._left -= chunk.num_rows
+        if self.rate is not None:
+            self._window_rows -= chunk.num_rows
+            self._pace = (self._pace[0], self._pace[1] + chunk.num_rows)
         if self._ts >= 0:
             chunk = self._stamp(chunk)
         if chunk.num_rows:

@@ -109,11 +109,6 @@ class WindowedAggregate(EventTimeOperator):
         self._fast_value = agg.value
         self._rebuild()
 
-    def set_state(self, state: dict[str, Any]) -> None:
-        super().set_state(state)
-        if self._spec is not None:
-            self._rebuild()
-
     def _rebuild(self) -> None:
         """The firing heap of sessions (without a trigger), from the state."""
         self._heap = [(x[1], x[0], x[3], k) for k, lst in self.sessions.items() for x in lst]
@@ -137,8 +132,7 @@ class WindowedAggregate(EventTimeOperator):
             one = self._one
             for r in records:
                 one(r, late, now)
-        if late:
-            self.late.emit_batch(late)
+        self._emit(late=late)
 
     def _fast(self, records: list, late: list) -> None:
         """Tumbling or sliding windows, count/sum/min/max of a field, key and time from fields."""
@@ -345,10 +339,7 @@ class WindowedAggregate(EventTimeOperator):
             heapq.heappush(self._heap, (x[1], x[0], x[3], k))
 
     # -- firing ----------------------------------------------------------------------------------------
-    def on_watermark(self, watermark: int) -> None:
-        if watermark <= self.watermark:
-            return
-        self.watermark = watermark
+    def _expire(self, watermark: int) -> None:
         if not self._spec.processing or watermark == MAX_WATERMARK:
             self._fire(watermark)
 
@@ -376,8 +367,7 @@ class WindowedAggregate(EventTimeOperator):
             end = s + size
             rows += [{"key": k, "window_start": s, "window_end": end, "value": result(a)}
                      for k, a in panes.pop(s).items()]
-        if rows:
-            self.output.emit_batch(rows)
+        self._emit(rows)
 
     def _fire_sessions(self, wm: int) -> None:
         heap, sessions, result = self._heap, self.sessions, self._agg.result
@@ -397,8 +387,7 @@ class WindowedAggregate(EventTimeOperator):
                     del sessions[k]
                 rows.append({"key": k, "window_start": start, "window_end": end, "value": result(x[2])})
                 break
-        if rows:
-            self.output.emit_batch(rows)
+        self._emit(rows)
 
     def _entries(self) -> list[tuple]:
         """Every (end, start, order, key, entry, window fired) with a trigger."""

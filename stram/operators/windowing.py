@@ -300,6 +300,11 @@ class EventTimeOperator(Operator):
 
     A record whose key, event time or value cannot be read is dropped: logged once per kind of
     problem, counted in ``malformed`` and reported as the metric ``malformed`` at window ends.
+
+    What the event-time operators share: ``on_watermark`` advances ``watermark`` and calls
+    ``_expire(watermark)`` (what a higher watermark fires or drops) only when it rose; ``set_state``
+    calls ``_rebuild()`` (indexes derived from the state, such as expiry heaps) once the operator is
+    set up (``setup`` builds them itself); ``_emit(rows, late)`` sends results, then late records.
     """
 
     transient = ("_context", "_name", "_logged", "_clock")
@@ -322,6 +327,33 @@ class EventTimeOperator(Operator):
 
     def _int(self, prop: str, low: int) -> int:
         return _int_prop(self._name, prop, getattr(self, prop), low)
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        super().set_state(state)
+        if self._context is not None:
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        """Rebuild what is derived from the state (expiry heaps); nothing by default."""
+
+    def on_watermark(self, watermark: int) -> None:
+        if watermark <= self.watermark:
+            return
+        self.watermark = watermark
+        self._expire(watermark)
+
+    def _expire(self, watermark: int) -> None:
+        """Fire or drop what the watermark, which just rose to ``watermark``, passed; nothing by default."""
+
+    def _emit(self, rows: list = (), late: list = ()) -> None:
+        """Results on ``output``, then late records on ``late`` (each only when there are some)."""
+        if rows:
+            self.output.emit_batch(rows)
+        if late:
+            self.late.emit_batch(late)
+
+    def end_window(self) -> None:
+        self._report()
 
     def _bad(self, kind: str, record: Any, exc: Any = None) -> None:
         """Drop a malformed record: count it; log the first of each kind."""

@@ -3,8 +3,8 @@
 
 A small data set (20,000 events at 400 events/s of event time: 50 s, so several windows of every
 kind) is generated once. All ten queries run in one application sharing its three sources, with one
-and with two partitions; `python -m stram.nexmark run` runs q9 and q1 on their own; q7 runs
-EXACTLY_ONCE with its per-auction fold's container killed mid-run.
+and with two partitions; `python -m stram.nexmark run` runs q9 and q1 on their own, and q5 replayed
+at a fixed rate (--rate); q7 runs EXACTLY_ONCE with its per-auction fold's container killed mid-run.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 from conftest import ROOT
@@ -108,3 +109,22 @@ def test_q7_is_exact_once_across_a_container_kill(tmp_path, data):
     final = wait_final(app_id, timeout=600)
     assert final["state"] == "SUCCEEDED", final
     check("q7", data, str(out))
+
+
+def test_a_paced_run_matches_the_oracle_and_reports_its_sources_starts(tmp_path, data):
+    out = tmp_path / "out"
+    rate = 10_000     # the 20,000 events in about 2 s
+    before = time.time()
+    done = subprocess.run([sys.executable, "-m", "stram.nexmark", "run", "q5", "--data", data, "--out", str(out),
+                           "--partitions", "2", "--rate", str(rate), "--json"], capture_output=True, text=True,
+                          cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    assert summary["state"] == "SUCCEEDED" and summary["rate"] == rate
+    check("q5", data, str(out))
+    # q5 reads bids only: one note per partition of its source, paced at the bids' share of the rate
+    bids = sum(1 for n in range(EVENTS) if n % 50 >= 4)
+    notes = summary["sources"]
+    assert [(n["partition"], n["partitions"]) for n in notes] == [(0, 2), (1, 2)]
+    assert all(n["path"].endswith("bid.parquet") and n["rate"] == rate * bids / EVENTS for n in notes)
+    assert all(before <= n["started"] <= time.time() for n in notes)

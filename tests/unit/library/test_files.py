@@ -12,7 +12,8 @@ import pytest
 from stram.common.partition import partition_hash
 from stram.common.watermarks import IDLE, MAX_WATERMARK
 from stram.operator import FatalError, OperatorContext, ShutdownException
-from stram.operators.files import DirectoryInput, LineChunks
+from stram.operators.files import DirectoryInput
+from stram.operators.io import LineChunks
 
 
 class Harness:

@@ -112,7 +112,7 @@ def sample_bytes(lines: int = 500) -> bytes:
 
 
 def read_all(path: str, n: int, offset: int = 0) -> tuple[list[str], list[int]]:
-    f = io._LineFile(path, offset)
+    f = io.LineChunks(path, offset)
     lines, offsets = [], []
     while True:
         got, off = f.read_lines(n)
@@ -130,7 +130,7 @@ def test_lines_across_buffer_boundaries_come_out_whole_with_exact_offsets(tmp_pa
     path.write_bytes(data)
     want = expected_lines(data)
     for chunk in (1, 3, 7, 64, 1 << 20):  # lines (and UTF-8 sequences) cut by every chunk size
-        monkeypatch.setattr(io._LineFile, "CHUNK", chunk)
+        monkeypatch.setattr(io.LineChunks, "CHUNK", chunk)
         for n in (1, 5, 1024):
             lines, offsets = read_all(str(path), n)
             assert lines == want, (chunk, n)
@@ -140,7 +140,7 @@ def test_lines_across_buffer_boundaries_come_out_whole_with_exact_offsets(tmp_pa
 
 
 def test_a_final_line_without_newline_is_read_with_its_bytes_counted(tmp_path, monkeypatch):
-    monkeypatch.setattr(io._LineFile, "CHUNK", 4)
+    monkeypatch.setattr(io.LineChunks, "CHUNK", 4)
     path = tmp_path / "in.txt"
     for data in (b"one\ntwo\r\nlast", b"only", b"", b"\n\nx\r", "last €".encode()):
         path.write_bytes(data)
@@ -150,7 +150,7 @@ def test_a_final_line_without_newline_is_read_with_its_bytes_counted(tmp_path, m
 
 
 def test_a_reader_resumed_from_a_checkpointed_offset_replays_exactly_the_rest(tmp_path, monkeypatch):
-    monkeypatch.setattr(io._LineFile, "CHUNK", 50)
+    monkeypatch.setattr(io.LineChunks, "CHUNK", 50)
     data = sample_bytes(300) + b"tail without newline"
     path = tmp_path / "in.txt"
     path.write_bytes(data)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import pickle
 import random
 
@@ -12,6 +14,7 @@ import pytest
 from stram.common.watermarks import MAX_WATERMARK
 from stram.flow import Flow
 from stram.operator import FatalError, OperatorContext, ShutdownException
+from stram.operators import parquet as parquet_module
 from stram.operators.parquet import ParquetInput
 
 
@@ -156,3 +159,76 @@ def test_read_parquet_compiles_to_the_operator_and_its_arrow_port(tmp_path):
     assert spec["operators"]["b"]["properties"] == {"path": "b.parquet", "arrow": True}
     assert spec["streams"]["b_batches"]["from"] == "b.batches"
     flow.compile()
+
+
+class Clock:
+    """The wall clock the pacing reads (``time.time`` in stram.operators.parquet), moved by the test."""
+
+    def __init__(self, monkeypatch, now: float = 1_000.0) -> None:
+        self.now = now
+        monkeypatch.setattr(parquet_module.time, "time", lambda: self.now)
+
+
+@pytest.mark.parametrize("parts, step", [(1, 0.05), (1, 0.7), (2, 0.05), (2, 2.0)])
+def test_a_paced_source_emits_at_most_its_bucket_per_window_and_never_ahead_of_schedule(
+        tmp_path, monkeypatch, parts, step):
+    path, rows = write(tmp_path, 3000, row_group=500)
+    clock = Clock(monkeypatch)
+    rate = 1000.0                      # rows per second, shared by the partitions
+    runs = [Run(path, part=i, parts=parts, batch_rows=64, timestamp_field="ts", rate=rate) for i in range(parts)]
+    share = rate / parts
+    # a streaming window (500 ms by default) lets out at most PACE_WINDOWS windows' worth of the share
+    bucket = math.ceil(share * 0.5 * parquet_module.PACE_WINDOWS)
+    started = clock.now
+    while not all(r.ended for r in runs):
+        for run in runs:
+            if run.ended:
+                continue
+            before = emitted(run)
+            run.window(calls=20)
+            in_window = emitted(run) - before
+            assert in_window <= bucket, (in_window, bucket)
+            # row k goes out no earlier than k / share seconds after the first
+            assert emitted(run) <= math.floor((clock.now - started) * share) + 1
+        clock.now += step              # the wall time a window took
+    got = sorted((r for run in runs for r in run.out), key=lambda r: r["id"])
+    assert got == rows
+
+
+def emitted(run: Run) -> int:
+    return len(run.out)
+
+
+def test_without_the_clock_moving_a_paced_source_emits_only_its_first_row(tmp_path, monkeypatch):
+    path, rows = write(tmp_path, 200, row_group=100)
+    Clock(monkeypatch)
+    run = Run(path, batch_rows=50, rate=100.0)
+    for _ in range(5):
+        run.window(calls=10)
+    assert run.out == rows[:1] and not run.ended
+
+
+def test_an_unpaced_source_is_not_held_back(tmp_path, monkeypatch):
+    path, rows = write(tmp_path, 2000, row_group=500)
+    Clock(monkeypatch)
+    run = Run(path, batch_rows=500)
+    run.window(calls=5)
+    assert len(run.out) == 2000
+
+
+def test_a_paced_source_notes_its_start_once(tmp_path, monkeypatch):
+    path, _ = write(tmp_path, 100, row_group=50)
+    clock = Clock(monkeypatch, now=1234.5)
+    report = tmp_path / "starts"
+    Run(path, batch_rows=10, rate=50.0, start_report=str(report)).window()
+    clock.now = 2000.0
+    Run(path, batch_rows=10, rate=50.0, start_report=str(report)).window()   # a restart: the first start stands
+    note = json.loads((report / "pin.0.json").read_text())
+    assert note["started"] == 1234.5 and note["rate"] == 50.0 and note["path"] == path
+
+
+@pytest.mark.parametrize("rate", [0, -5, "fast", True, float("inf")])
+def test_a_bad_rate_is_a_fatal_error_naming_the_property(tmp_path, rate):
+    path, _ = write(tmp_path, 10, row_group=10)
+    with pytest.raises(FatalError, match="'rate'"):
+        Run(path, rate=rate)

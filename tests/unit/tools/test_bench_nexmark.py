@@ -13,10 +13,11 @@ import sys
 import textwrap
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from bench.nexmark import __main__ as cli
-from bench.nexmark import check, install, runner
+from bench.nexmark import check, install, latency, runner
 from stram.nexmark import generator, oracle
 from stram.nexmark.model import GeneratorConfig
 
@@ -165,3 +166,34 @@ def test_measure_finds_detached_processes(tmp_path):
     m = runner.measure([sys.executable, "-c", root], str(tmp_path))
     assert m.returncode == 0 and held.exists()
     assert m.peak_rss > 200 * 2**20
+
+
+def test_latency_counts_from_the_sources_schedule_and_the_last_source_to_pass(data):
+    kinds = ("person", "auction", "bid")
+    times = {k: pq.read_table(f"{data}/{k}.parquet", columns=["dateTime"]).column(0).to_pylist() for k in kinds}
+    sources = [{"path": f"{data}/{k}.parquet", "rate": 10.0 * (i + 1), "started": 100.0 + i} for i, k in
+               enumerate(kinds)]
+    last = max(max(t) for t in times.values())
+    ends = [min(times["bid"]) + 1, (min(times["bid"]) + last) // 2, last + 1]
+    got = latency.passing_moments(sources, ends, bound=0)
+    for end in ends:
+        # by hand: per source, the index of its first event at or past the end, scheduled at started + j / rate
+        firsts = [next((j for j, t in enumerate(times[s["path"].split("/")[-1][:-8]]) if t >= end), None)
+                  for s in sources]
+        if None in firsts:
+            assert end not in got    # passed only by the end of input
+        else:
+            assert got[end] == max(s["started"] + j / s["rate"] for s, j in zip(sources, firsts))
+    assert len(got) == 2
+
+
+def test_latency_tells_written_from_committed(tmp_path):
+    out = tmp_path / "out" / "op-1"
+    out.mkdir(parents=True)
+    (out / "00000000000000000007.tmp").write_text(json.dumps({"window_end": 10}) + "\n")
+    read, written, committed = {}, {}, {}
+    latency.scan(str(tmp_path / "out"), read, written, committed, now=1.0)
+    (out / "00000000000000000007.tmp").rename(out / "00000000000000000007.jsonl")
+    (out / ".00000000000000000008.tmp").write_text(json.dumps({"window_end": 20}) + "\n")   # not a result
+    latency.scan(str(tmp_path / "out"), read, written, committed, now=2.0)
+    assert written == {10: 1.0} and committed == {10: 2.0}
