@@ -148,7 +148,8 @@ def prepare_master(spec_file: str, app_path: str | None = None) -> str | None:
     -------
     str or None
         The final state (SUCCEEDED, FAILED, KILLED) when an earlier attempt
-        already ended the application, else None.
+        already ended the application, with its diagnostics after ": " when it
+        left any, else None.
     """
     from stram.common import apppath, fs
     app_path = app_path or os.environ.get("STRAM_APP_PATH", "")
@@ -162,7 +163,8 @@ def prepare_master(spec_file: str, app_path: str | None = None) -> str | None:
         except ValueError:
             status = {}
         if status.get("state") in TERMINAL:
-            return status["state"]
+            why = status.get("diagnostics") or ""
+            return f"{status['state']}: {why}" if why else status["state"]
     target = apppath.file(app_path, apppath.SPEC)
     if not fs.exists(target):
         with open(spec_file, "rb") as f:
@@ -200,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     if ended is not None:
         message = f"an earlier attempt already ended this application {ended}"
         print(message, file=sys.stderr)
-        _shutdown_current(ended, message)
+        _shutdown_current(ended.split(":", 1)[0], message)
         return ALREADY_ENDED
     return 0
 

@@ -69,9 +69,12 @@ def host_of(address: str) -> str:
     return address.rsplit(":", 1)[0].strip("[]")
 
 
-def master_host(cluster, app_id: str) -> str:
-    """The master's host as the application publishes it (its heartbeatUri on HDFS)."""
-    app_path = stram_json("get-app-info", app_id)["app_path"]
+def app_path_of(app_id: str) -> str:
+    return stram_json("get-app-info", app_id)["app_path"]
+
+
+def master_host(cluster, app_path: str) -> str:
+    """The master's host as the application publishes it (its heartbeatUri on HDFS under APP_PATH)."""
     return host_of(cluster.hdfs("-cat", f"{app_path}/heartbeatUri").strip())
 
 
@@ -88,7 +91,7 @@ def containers_by_operator(app_id: str) -> dict[str, dict]:
 def subscriptions(cluster, app_id: str, dest) -> dict[str, str]:
     """Operator name -> ``host:port`` it subscribed to, from its container's log (the latest line)."""
     found = {}
-    for f in sorted(collect_logs(cluster, app_id, dest).rglob("*")):
+    for f in sorted(collect_logs(cluster, app_id, dest).rglob("*.log")):
         if f.is_file():
             for m in re.finditer(r"operator (\S+) subscribes to \S+ at (\S+) from window", f.read_text(errors="replace")):
                 found[m[1]] = m[2]
@@ -120,6 +123,10 @@ def launch(cluster, tmp_path, name: str, spec: str, *extra: str):
 
 def on_failure(cluster, proc, app_id: str, tmp_path) -> None:
     print(stram("get-app-info", app_id).stdout)
+    master_log = stram("logs", app_id).stdout
+    print("master log (containers, nodes):", "\n".join(
+        line for line in master_log.splitlines()
+        if re.search(r"(?i)lost|exited|ended|blacklist|node|placed|replaced|heartbeat", line))[-6000:])
     print("container logs:", collect_logs(cluster, app_id, tmp_path / "logs"))
     if proc.poll() is None:
         proc.kill()
@@ -137,10 +144,11 @@ def test_spread_over_nodes_with_node_addresses_and_a_lost_node(on_multinode, tmp
     lost = None
     try:
         wait_until(lambda: running_operators(app_id), timeout=240, interval=2, what="every operator ACTIVE")
-        master = master_host(cluster, app_id)
+        app_path = app_path_of(app_id)
+        master = master_host(cluster, app_path)
         hosts = set(cluster.hosts)
         assert master in hosts, (master, hosts)
-        admin = json.loads(cluster.hdfs("-cat", f"{stram_json('get-app-info', app_id)['app_path']}/admin.json"))
+        admin = json.loads(cluster.hdfs("-cat", f"{app_path}/admin.json"))
         assert host_of(admin["url"].split("://", 1)[1].split("/", 1)[0]) == master, admin
 
         # every container's address is its node's: the containers API, the buffer servers it publishes
@@ -170,8 +178,10 @@ def test_spread_over_nodes_with_node_addresses_and_a_lost_node(on_multinode, tmp
             ok = all(n in now and now[n]["host"] != lost for n in victims)
             return now if ok and running_operators(app_id) else None
         now = wait_until(moved, timeout=240, interval=2, what=f"{victims} running again on another node")
-        info = stram_json("get-app-info", app_id)
-        assert any(b["host"] == lost for b in info.get("blacklistedNodes", [])), info.get("blacklistedNodes")
+        # its containers' ends reach the master (from YARN, once it gives them up): the node is blacklisted
+        info = wait_until(lambda: (i := stram_json("get-app-info", app_id)) and
+                          any(b["host"] == lost for b in i.get("blacklistedNodes", [])) and i,
+                          timeout=120, interval=2, what=f"{lost} blacklisted")
         text = stram("get-app-info", app_id).stdout
         assert lost in text and "blacklist" in text.lower(), text
         print("after the loss:", {n: r["host"] for n, r in now.items()}, "blacklisted:", info["blacklistedNodes"])
@@ -194,8 +204,8 @@ def test_resourcemanager_restart_mid_run_keeps_the_containers(on_multinode, tmp_
         report = cluster.restart_rm()
         print("restart-rm:", report.splitlines()[-1] if report else "")
         # the application is still RUNNING on the new ResourceManager, as the same attempt
-        state = cluster.run("yarn", "application", "-status", app_id)
-        assert "RUNNING" in state, state
+        wait_until(lambda: "State : RUNNING" in cluster.run("yarn", "application", "-status", app_id),
+                   timeout=120, interval=1, what="the application RUNNING on the new ResourceManager")
         wait_until(lambda: running_operators(app_id), timeout=120, interval=2, what="operators ACTIVE after it")
         after = {r["id"]: r["process"] for r in stram_json("list-containers", app_id) if r["state"] == "RUNNING"}
         assert after == before, "containers were replaced across the restart"
@@ -216,9 +226,10 @@ def test_master_node_lost_the_second_attempt_resumes_elsewhere(on_multinode, tmp
     try:
         wait_until(lambda: running_operators(app_id), timeout=240, interval=2, what="every operator ACTIVE")
         time.sleep(2)  # a few checkpoints and journal writes
-        lost = master_host(cluster, app_id)
+        app_path = app_path_of(app_id)
+        lost = master_host(cluster, app_path)
         cluster.kill_node(lost)
-        wait_until(lambda: master_host(cluster, app_id) != lost and running_operators(app_id), timeout=300,
+        wait_until(lambda: master_host(cluster, app_path) != lost and running_operators(app_id), timeout=300,
                    interval=3, what="the second attempt's master on another node, its operators ACTIVE")
         assert set(r["host"] for r in stram_json("list-containers", app_id) if r["state"] == "RUNNING") \
             <= set(cluster.hosts) - {lost}
@@ -249,9 +260,22 @@ def test_node_and_rack_local_streams_and_an_impossible_rule(on_multinode, tmp_pa
     except BaseException:
         on_failure(cluster, proc, app_id, tmp_path)
         raise
-    # four partitions on distinct nodes of three, never relaxed: refused before it starts, saying why
+
+
+def test_a_rule_the_cluster_cannot_satisfy_fails_saying_why(on_multinode, tmp_path):
+    """Four partitions on distinct nodes of three, never relaxed: the master fails the application
+    before it launches a container, saying why; YARN does not try it again."""
+    cluster = on_multinode
     spec = wordcount_spec(tmp_path, count_partitions=4,
                           attributes="  AFFINITY_RULES: [{type: ANTI_AFFINITY, operators: [count], relax: false}]")
-    refused = stram("launch", "--yarn", spec, "-D", "operators.reader.path=/nowhere", timeout=300)
+    refused = stram("launch", "--yarn", spec, "-D", f"operators.reader.path={cluster.uri('/nowhere.txt')}",
+                    timeout=300)
+    app_id = refused.stdout.strip().splitlines()[0] if refused.stdout.strip() else ""
+    if "needs 4 nodes" not in refused.stderr:
+        print(refused.stdout, refused.stderr)
+        if app_id:
+            print("container logs:", collect_logs(cluster, app_id, tmp_path / "logs"))
     assert refused.returncode != 0
     assert "needs 4 nodes" in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
+    attempts = cluster.run("yarn", "applicationattempt", "-list", app_id)
+    assert attempts.count("appattempt_") == 1, attempts

@@ -806,6 +806,9 @@ def test_prepare_master_stages_the_spec_once(tmp_path, capsys):
     assert yarnnode.prepare_master(str(spec_file), app_path) is None
     (tmp_path / "app" / "status.json").write_text(json.dumps({"state": "KILLED"}))
     assert yarnnode.prepare_master(str(spec_file), app_path) == "KILLED"
+    (tmp_path / "app" / "status.json").write_text(json.dumps({"state": "FAILED", "diagnostics": "it broke"}))
+    assert yarnnode.prepare_master(str(spec_file), app_path) == "FAILED: it broke"  # the next attempt says why
+    (tmp_path / "app" / "status.json").write_text(json.dumps({"state": "KILLED"}))
     os.environ["STRAM_APP_PATH"] = app_path
     try:
         assert yarnnode.main(["prepare-master", str(spec_file)]) == yarnnode.ALREADY_ENDED
