@@ -321,6 +321,11 @@ def recover(books: Books, container_ids: list[str | None], now: int, reason: str
         container = plan.containers.get(cid or "")
         if container is None or container.state in GONE:
             continue
+        if container.state == ContainerState.RUNNING and container.last_heartbeat_millis and \
+                now - container.last_heartbeat_millis > int(books.attr("HEARTBEAT_TIMEOUT_MILLIS")) // 2:
+            # silent for half the heartbeat timeout as well, whatever the reason given (an operator
+            # found blocked on a node that died): its end counts against its node
+            container.unresponsive = True
         container.state = ContainerState.LOST
         if kill:
             instructions.append(KillContainer(container.id, reason))

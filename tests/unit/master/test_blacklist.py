@@ -281,3 +281,16 @@ def test_prepare_takes_the_launchers_nodes_its_timeout_and_the_clients_note(monk
     plain = MasterState(spec, "app", "file:///tmp/app", "tok", 0, 0)
     placing.prepare(plain, FakeLauncher(), spec, 5)  # a launcher without placement: none, and no note
     assert plain.cluster_nodes == [] and all(e.kind != "placement" for e in plain.events)
+
+
+@pytest.mark.parametrize("silent_millis, counted", [(20_000, True), (500, False)])
+def test_a_container_given_up_for_another_reason_counts_when_it_was_silent_too(silent_millis, counted):
+    """An operator found blocked (or failed) in a container that had also stopped heartbeating (its
+    node died) is the node's failure; in a container still heartbeating it is not."""
+    from stram.master.core.recovery import recover
+    r = run()
+    container = r.state.plan.containers[r.cid("src")]
+    container.last_heartbeat_millis = r.now - silent_millis  # HEARTBEAT_TIMEOUT_MILLIS is 3000 here
+    recover(r.state, [container.id], r.now, "operator src blocked", kill=True)
+    r.state.handle(ContainerExited(container.id, 137, r.now, node="127.0.0.3"))
+    assert r.state.node_failures == ({"127.0.0.3": 1} if counted else {})
