@@ -25,8 +25,8 @@ import psutil
 
 from stram import wire as proto
 from stram.agent.bufferserver.server import BufferServer
-from stram.agent.engine.node import QUEUE_CAPACITY, Node, NodeState
 from stram.agent.engine import streams
+from stram.agent.engine.node import QUEUE_CAPACITY, Node, NodeState
 from stram.agent.engine.streams import DirectSink, PublisherSink, QueueSink
 from stram.agent.umbilical import COMPLAIN_SECONDS, MasterGone, Umbilical  # noqa: F401 - re-exported
 from stram.common import apppath, fs, space, tls

@@ -16,8 +16,8 @@ from typing import Any, Callable, Iterable, Iterator
 from stram.common.watermarks import IDLE, MAX_WATERMARK, MIN_WATERMARK
 from stram.master.core.books import Books
 from stram.master.core.deploy import heartbeat_interval_millis
-from stram.master.core.history import (CPU_NANOS, END_MILLIS, METRICS, TUPLES_IN, TUPLES_OUT, WINDOW_ID,
-                                       OperatorTotals, WindowHistory, WindowSample, decode_metrics, port_totals)
+from stram.master.core.history import (CPU_NANOS, END_MILLIS, METRICS, TUPLES_IN, TUPLES_OUT, WINDOW_ID, OperatorTotals,
+                                       WindowHistory, WindowSample, decode_metrics, port_totals)
 from stram.master.core.lifecycle import last_line, window_hex
 from stram.master.core.nodes import blacklisted_nodes
 from stram.master.core.plan import ALIVE, OperatorState
