@@ -27,7 +27,7 @@ __all__ = ["ATTRIBUTES", "build", "run_query", "count_rows", "format_summary", "
 
 #: A batch run's attributes: exactly-once output, checkpoints every 10 s (``-D`` changes them). Windows of
 #: 100 ms: a join or window operator holds its input until the window's end brings the watermark, so a
-#: source running ahead fills the state with a window's worth of rows (500 ms held hundreds of MB).
+#: source running ahead fills the state with a window's worth of rows (bench/README.md, nexmark).
 #: A buffer server keeps 16 MiB of a publisher in memory (the rest spills) and lets it run at most 16 MiB
 #: ahead of its subscribers: a source that races ahead holds less, at no cost in throughput.
 ATTRIBUTES = {"STREAMING_WINDOW_SIZE_MILLIS": 100, "CHECKPOINT_WINDOW_COUNT": 100, "PROCESSING_MODE": "EXACTLY_ONCE",
