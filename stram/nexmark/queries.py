@@ -262,9 +262,15 @@ def winning_bids(src: Sources, partitions: int, with_extra: bool) -> Stream:
                                                 name=f"{tag}_join", partitions=p)
     valid = pairs.filter(_can_win, name=f"{tag}_valid", partitions=p, locality="THREAD_LOCAL")
     winners = valid.key_by("key").window(windows.tumbling(1), timestamp=_expires) \
-        .fold(_no_winner, _better, _best, name=f"{tag}_winner", partitions=p)
+        .fold(_no_winner, _better, _best, name=f"{tag}_winner", partitions=p, locality=_chained(src, partitions))
     src.derived[name] = winners
     return winners
+
+
+def _chained(src: Sources, partitions: int) -> str | None:
+    """The locality of a keyed step after q4's and q9's join: in the join's thread when there is one
+    partition and no other query reads the stream (a process less, and the pairs are never serialized)."""
+    return "THREAD_LOCAL" if partitions == 1 and not src.shared else None
 
 
 def _can_win(pair: dict) -> bool:
@@ -297,7 +303,8 @@ def q9(flow: Flow, data_dir: str, out_dir: str, partitions: int = 1, sources: So
     """Every auction with a winning bid, the auction's fields then the bid's."""
     src = sources or Sources(flow, data_dir, partitions)
     # (not in the fold's thread: q4 reads the same stream keyed otherwise when the two share a flow)
-    rows = winning_bids(src, partitions, True).map(_q9_row, name="q9_row", partitions=_parts(partitions))
+    rows = winning_bids(src, partitions, True).map(_q9_row, name="q9_row", partitions=_parts(partitions),
+                                                   locality=_chained(src, partitions))
     _write(rows, out_dir, partitions, "q9_out")
 
 
@@ -314,7 +321,7 @@ def q4(flow: Flow, data_dir: str, out_dir: str, partitions: int = 1, sources: So
     src = sources or Sources(flow, data_dir, partitions)
     winners = winning_bids(src, partitions, bool(src.shared))
     averages = winners.key_by(_category).window(windows.tumbling(ALL_TIME_MS), timestamp="window_start") \
-        .fold(_zero, _add_price, _sum_pairs, _floor_mean, name="q4_average")
+        .fold(_zero, _add_price, _sum_pairs, _floor_mean, name="q4_average", locality=_chained(src, partitions))
     _write(averages.map(_q4_row, name="q4_row", locality="THREAD_LOCAL"), out_dir, 1, "q4_out")
 
 
