@@ -16,7 +16,8 @@ How each is built:
   bids by the auction's expiry at or above its reserve, then per auction a fold in a 1 ms window
   at ``expires`` (all pairs of an auction share that time, so it fires once the watermark passes
   the expiry) keeping the winner by the oracle's tie rules. q4 folds the winners per category in
-  one window spanning all time: ``sum // count``.
+  one window spanning all time: ``sum // count``. With one partition (not shared) the steps after the
+  join run in its thread.
 * q5: a sliding count per auction, then per window (keyed by its start, timed at its end - 1 ms in
   a tumbling window of the slide) the auctions with the top count.
 * q7: per auction and tumbling window the highest bids, then per window the highest of those.
