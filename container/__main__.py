@@ -26,6 +26,8 @@ def _wait_to_go() -> bool:
 
 
 def main() -> int:
+    # Arrow's buffers from malloc, not mimalloc, which kept much of what a Parquet source freed
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     if os.environ.get("STRAM_HEAP_TUNE", "1") == "1":
         heap.tune()
     os.umask(0o077)  # checkpoints, write-ahead logs, logs: owner-only (a local output's files too)

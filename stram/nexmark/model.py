@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from stram.nexmark import DEFAULT_BASE_TIME_MS
+
 FIRST_PERSON_ID = 1000
 FIRST_AUCTION_ID = 1000
 FIRST_CATEGORY_ID = 10
@@ -25,8 +27,6 @@ PERSON_ID_LEAD = 10
 AUCTION_ID_LEAD = 10
 #: hot sellers/bidders/auctions are the first person/auction of each block of this many
 HOT_BLOCK = 100
-#: a fixed default base time (2023-11-14T22:13:20Z, a multiple of 10 s) so outputs are reproducible
-DEFAULT_BASE_TIME_MS = 1_700_000_000_000
 
 KINDS = ("person", "auction", "bid")
 

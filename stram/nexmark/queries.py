@@ -16,7 +16,8 @@ How each is built:
   bids by the auction's expiry at or above its reserve, then per auction a fold in a 1 ms window
   at ``expires`` (all pairs of an auction share that time, so it fires once the watermark passes
   the expiry) keeping the winner by the oracle's tie rules. q4 folds the winners per category in
-  one window spanning all time: ``sum // count``.
+  one window spanning all time: ``sum // count``. With one partition (not shared) the steps after the
+  join run in its thread.
 * q5: a sliding count per auction, then per window (keyed by its start, timed at its end - 1 ms in
   a tumbling window of the slide) the auctions with the top count.
 * q7: per auction and tumbling window the highest bids, then per window the highest of those.
@@ -33,7 +34,7 @@ from typing import Any, Callable
 from stram.flow import Flow, Stream, windows
 
 __all__ = ["QUERIES", "Sources", "add_query", "q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q9", "q11",
-           "longest_auction_ms"]
+           "longest_auction_ms", "scan_longest_auction"]
 
 # The suite's constants, as the oracle has them (not imported from it: the containers that run these
 # functions then need no pandas); tests/unit/nexmark checks that they agree.
@@ -218,13 +219,29 @@ def _q3_row(pair: dict) -> dict:
 # ---------------------------------------------------------------- q9 and q4: winning bids
 
 def longest_auction_ms(data_dir: str) -> int:
-    """The longest time an auction of the data set is open (expires - dateTime): q9's join bound."""
+    """The longest time an auction of the data set is open (expires - dateTime): q9's join bound.
+
+    Computed in a child process: the process building the flow (``python -m stram.nexmark run``) then
+    never imports pyarrow nor holds the column, and it lives as long as the query runs."""
+    import subprocess
+    import sys
+    code = "import sys; from stram.nexmark.queries import scan_longest_auction as f; print(f(sys.argv[1]))"
+    done = subprocess.run([sys.executable, "-c", code, data_dir], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise ValueError(f"cannot read the auctions of {data_dir}: {done.stderr.strip()[-400:]}")
+    return int(done.stdout)
+
+
+def scan_longest_auction(data_dir: str) -> int:
+    """:func:`longest_auction_ms` in this process, reading the two columns a batch at a time."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
-    table = pq.read_table(os.path.join(data_dir, "auction.parquet"), columns=[TIME, "expires"])
-    if not table.num_rows:
-        return 0
-    return int(pc.max(pc.subtract(table.column("expires"), table.column(TIME))).as_py())
+    longest = 0
+    for batch in pq.ParquetFile(os.path.join(data_dir, "auction.parquet")).iter_batches(columns=[TIME, "expires"]):
+        high = pc.max(pc.subtract(batch.column("expires"), batch.column(TIME))).as_py()
+        if high is not None:
+            longest = max(longest, high)
+    return int(longest)
 
 
 def winning_bids(src: Sources, partitions: int, with_extra: bool) -> Stream:
@@ -246,9 +263,15 @@ def winning_bids(src: Sources, partitions: int, with_extra: bool) -> Stream:
                                                 name=f"{tag}_join", partitions=p)
     valid = pairs.filter(_can_win, name=f"{tag}_valid", partitions=p, locality="THREAD_LOCAL")
     winners = valid.key_by("key").window(windows.tumbling(1), timestamp=_expires) \
-        .fold(_no_winner, _better, _best, name=f"{tag}_winner", partitions=p)
+        .fold(_no_winner, _better, _best, name=f"{tag}_winner", partitions=p, locality=_chained(src, partitions))
     src.derived[name] = winners
     return winners
+
+
+def _chained(src: Sources, partitions: int) -> str | None:
+    """The locality of a keyed step after q4's and q9's join: in the join's thread when there is one
+    partition and no other query reads the stream (a process less, and the pairs are never serialized)."""
+    return "THREAD_LOCAL" if partitions == 1 and not src.shared else None
 
 
 def _can_win(pair: dict) -> bool:
@@ -281,7 +304,8 @@ def q9(flow: Flow, data_dir: str, out_dir: str, partitions: int = 1, sources: So
     """Every auction with a winning bid, the auction's fields then the bid's."""
     src = sources or Sources(flow, data_dir, partitions)
     # (not in the fold's thread: q4 reads the same stream keyed otherwise when the two share a flow)
-    rows = winning_bids(src, partitions, True).map(_q9_row, name="q9_row", partitions=_parts(partitions))
+    rows = winning_bids(src, partitions, True).map(_q9_row, name="q9_row", partitions=_parts(partitions),
+                                                   locality=_chained(src, partitions))
     _write(rows, out_dir, partitions, "q9_out")
 
 
@@ -298,7 +322,7 @@ def q4(flow: Flow, data_dir: str, out_dir: str, partitions: int = 1, sources: So
     src = sources or Sources(flow, data_dir, partitions)
     winners = winning_bids(src, partitions, bool(src.shared))
     averages = winners.key_by(_category).window(windows.tumbling(ALL_TIME_MS), timestamp="window_start") \
-        .fold(_zero, _add_price, _sum_pairs, _floor_mean, name="q4_average")
+        .fold(_zero, _add_price, _sum_pairs, _floor_mean, name="q4_average", locality=_chained(src, partitions))
     _write(averages.map(_q4_row, name="q4_row", locality="THREAD_LOCAL"), out_dir, 1, "q4_out")
 
 

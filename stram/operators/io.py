@@ -17,6 +17,9 @@ from stram.operator import (FatalError, InputOperator, InputPort, Operator, Oper
 
 log = logging.getLogger("stram.operators.io")
 
+#: JsonLinesOutput holds at most about this many bytes of a window's lines before writing them out.
+PART_BYTES = 8 << 20
+
 
 class LineReader(InputOperator):
     """Emits each line of a file (without its newline), then ends the stream.
@@ -359,11 +362,16 @@ class JsonLinesOutput(Operator):
     committed; a replayed window rewrites its temporary file, so output is
     never duplicated and never dropped. In the other modes lines are appended
     to one file per partition and flushed at every window's end.
+
+    A window's lines are held in memory up to :data:`PART_BYTES`: a bigger window is written as
+    it goes, in parts of that many bytes (the line that reaches the bound ends a part, so a replayed
+    window splits alike); in EXACTLY_ONCE mode part ``k > 0`` of window ``w`` is the file
+    ``<w>_<k>.jsonl`` beside ``<w>.jsonl`` (the names sort in the window's order).
     """
 
     input = InputPort()
     path: str = ""
-    transient = ("_out", "_local", "_lines", "_window", "_exactly_once", "_dir", "_name")
+    transient = ("_out", "_local", "_lines", "_size", "_part", "_window", "_exactly_once", "_dir", "_name")
 
     def __init__(self) -> None:
         #: Windows whose temporary files await finalization (EXACTLY_ONCE).
@@ -372,6 +380,8 @@ class JsonLinesOutput(Operator):
         #: The local file appended to (AT_LEAST_ONCE / AT_MOST_ONCE on a local file system).
         self._local = ""
         self._lines: list[bytes] = []
+        self._size = 0      # bytes of _lines (newlines left out)
+        self._part = 0      # parts of the window written so far
         self._window = 0
         self._exactly_once = False
         self._dir = ""
@@ -405,26 +415,44 @@ class JsonLinesOutput(Operator):
     def begin_window(self, window_id: int) -> None:
         self._window = window_id
         self._lines = []
+        self._size = self._part = 0
 
     def process_input(self, tuple: Any) -> None:
-        self._lines.append(_to_json(tuple))
+        self.process_batch([tuple])
 
     def process_batch(self, tuples: list) -> None:
-        self._lines.extend(map(_to_json, tuples))
+        lines = list(map(_to_json, tuples))
+        size = sum(map(len, lines))
+        if self._size + size < PART_BYTES:
+            self._lines.extend(lines)
+            self._size += size
+            return
+        for line in lines:  # a part ends with the line that reaches the bound
+            self._lines.append(line)
+            self._size += len(line)
+            if self._size >= PART_BYTES:
+                self._write_part()
 
     def end_window(self) -> None:
-        if not self._lines:
-            return
+        if self._lines:
+            self._write_part()
+        if self._part and self._exactly_once:
+            self.pending.append(self._window)
+
+    def _write_part(self) -> None:
+        """The lines held, written out (a part of the window), then dropped."""
         self._lines.append(b"")  # the last line's newline
         data = b"\n".join(self._lines)
         self._lines = []
+        self._size = 0
+        part = self._part
+        self._part += 1
         if self._exactly_once:
             # a full disk pauses the window until space returns (or DiskFull after the time limit)
             space.retry(f"writing window {self._window:x} of {self._name} under {self._dir}",
-                        fs.write_atomic, self._tmp(self._window), data)
-            self.pending.append(self._window)
+                        fs.write_atomic, self._tmp(self._window, part), data)
         elif self._local:
-            # a window's lines go in whole or not at all: an append cut short (a full disk) is
+            # a part's lines go in whole or not at all: an append cut short (a full disk) is
             # cut back before the error goes up, so no torn line is left for the next append
             with open(destinations.open_own_append(self._local), "ab", buffering=0) as f:
                 before = os.fstat(f.fileno()).st_size
@@ -447,16 +475,19 @@ class JsonLinesOutput(Operator):
             if w > window_id:
                 keep.append(w)
                 continue
-            final = fs.join(self._dir, f"{w:020d}.jsonl")
-            tmp = self._tmp(w)
-            if not fs.exists(tmp):
-                continue
-            if fs.exists(final):
-                # a window replayed after a restart: its final file already holds the whole
-                # window, so it stays as it is (never deleted, so a reader never misses it)
-                fs.delete(tmp)
-            else:  # a rename needs no new blocks, but an HDFS quota on names may still refuse it
-                space.retry(f"finalizing window {w:x} of {self._name} under {self._dir}", fs.move, tmp, final)
+            part = 0
+            while True:  # parts 0, 1, ... until one that is neither temporary nor final
+                final, tmp = self._final(w, part), self._tmp(w, part)
+                if not fs.exists(tmp):
+                    if not fs.exists(final):
+                        break
+                elif fs.exists(final):
+                    # a window replayed after a restart: its final file already holds the whole
+                    # part, so it stays as it is (never deleted, so a reader never misses it)
+                    fs.delete(tmp)
+                else:  # a rename needs no new blocks, but an HDFS quota on names may still refuse it
+                    space.retry(f"finalizing window {w:x} of {self._name} under {self._dir}", fs.move, tmp, final)
+                part += 1
         self.pending = keep
 
     @classmethod
@@ -465,8 +496,11 @@ class JsonLinesOutput(Operator):
         raise ValueError("JsonLinesOutput cannot be repartitioned while running: each partition "
                          "finalizes its own uncommitted window files")
 
-    def _tmp(self, window_id: int) -> str:
-        return fs.join(self._dir, f"{window_id:020d}.tmp")
+    def _tmp(self, window_id: int, part: int = 0) -> str:
+        return fs.join(self._dir, f"{window_id:020d}{f'_{part:06d}' if part else ''}.tmp")
+
+    def _final(self, window_id: int, part: int = 0) -> str:
+        return fs.join(self._dir, f"{window_id:020d}{f'_{part:06d}' if part else ''}.jsonl")
 
     def teardown(self) -> None:
         if self._out is not None:

@@ -43,6 +43,8 @@ COMPRESSIONS = ("zstd", "snappy", "gzip", "brotli", "lz4", "none")
 #: A paced ParquetInput emits at most this many windows' worth of its rate in one streaming window
 #: (one on schedule, one more to catch up after a slow window).
 PACE_WINDOWS = 2
+#: Bytes ParquetInput reads of a column chunk at a time.
+READ_BUFFER = 1 << 20
 
 
 def to_table(records: list[dict], drop: Optional[str] = None) -> Any:
@@ -173,7 +175,8 @@ class ParquetInput(InputOperator):
                              f"{'missing' if kind == 'missing' else 'a ' + kind + ', not a file'}")
         filesystem, path = fs.resolve(self.path)
         try:
-            self._file = pq.ParquetFile(filesystem.open_input_file(path))
+            # read a column chunk a buffer at a time, not whole: a file of one row group is otherwise all in memory
+            self._file = pq.ParquetFile(filesystem.open_input_file(path), pre_buffer=False, buffer_size=READ_BUFFER)
         except Exception as exc:  # noqa: BLE001 - not Parquet: the file will not change on a restart
             raise FatalError(f"{where}: {self.path} is not a readable Parquet file: {type(exc).__name__}: {exc}") \
                 from None

@@ -73,6 +73,33 @@ def test_a_replayed_window_never_disappears_from_the_final_files(tmp_path, monke
     assert not [p for p in (tmp_path / "out").rglob("*") if p.is_file() and not p.name.endswith(".jsonl")]
 
 
+def window_files(root) -> dict:
+    return {p.name: p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_big_window_is_written_in_parts_split_alike_however_batched(tmp_path, monkeypatch):
+    monkeypatch.setattr(io, "PART_BYTES", 100)
+    rows = [{"k": i, "pad": "x" * (i % 7)} for i in range(60)]
+    bound = 100 + max(len(json.dumps(r, separators=(",", ":"))) for r in rows)
+    files = []
+    for sizes in ([1] * 60, [7, 13, 1, 39], [60]):
+        root = tmp_path / str(len(sizes))
+        op = output(root)
+        op.begin_window(W + 1)
+        at = 0
+        for n in sizes:
+            op.process_batch(rows[at:at + n])
+            at += n
+            assert sum(map(len, op._lines)) < bound  # never much more than a part held
+        op.end_window()
+        assert final_rows(root) == []
+        op.committed(W + 1)
+        assert final_rows(root) == rows  # every row once, in order (part names sort in the window's order)
+        files.append(window_files(root))
+    assert len(files[0]) > 5
+    assert files[0] == files[1] == files[2]
+
+
 def test_an_append_cut_short_is_dropped_before_appending_again(tmp_path):
     """AT_LEAST_ONCE appends to one file: a line torn by a kill or a full disk must not glue onto the next."""
     out = tmp_path / "out"

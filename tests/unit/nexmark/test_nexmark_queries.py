@@ -83,3 +83,8 @@ def test_q1_prices_are_pythons_division():
                                          "channel": "c"} for p in prices])
     assert [r["price"] for r in queries._to_euros(batch)] == [p * 908 / 1000 for p in prices]
     assert list(queries._to_euros(batch)[0]) == oracle.BID_OUT
+
+
+def test_the_cli_names_the_oracles_queries_without_importing_it():
+    from stram.nexmark.__main__ import ORACLE_QUERIES
+    assert set(ORACLE_QUERIES) == set(oracle.QUERIES)
