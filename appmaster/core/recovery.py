@@ -20,6 +20,7 @@ from typing import Any
 from stram.common.space import no_space_text
 from stram.master.core.books import Books
 from stram.master.core.changes import touch
+from stram.master.core.deploy import heartbeat_interval_millis
 from stram.master.core.diagnose import blocked_to_restart, find_blocked
 from stram.master.core.ending import error_after_end
 from stram.master.core.events import (AdoptContainers, ContainerExited, ContainerStarted, DiskFull, ErrorReport,
@@ -322,9 +323,10 @@ def recover(books: Books, container_ids: list[str | None], now: int, reason: str
         if container is None or container.state in GONE:
             continue
         if container.state == ContainerState.RUNNING and container.last_heartbeat_millis and \
-                now - container.last_heartbeat_millis > int(books.attr("HEARTBEAT_TIMEOUT_MILLIS")) // 2:
-            # silent for half the heartbeat timeout as well, whatever the reason given (an operator
-            # found blocked on a node that died): its end counts against its node
+                now - container.last_heartbeat_millis > 3 * heartbeat_interval_millis(books):
+            # silent for three heartbeat intervals as well, whatever the reason given (an operator
+            # found blocked on a node that died, before the heartbeat timeout): its end counts
+            # against its node
             container.unresponsive = True
         container.state = ContainerState.LOST
         if kill:

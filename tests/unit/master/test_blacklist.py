@@ -290,7 +290,7 @@ def test_a_container_given_up_for_another_reason_counts_when_it_was_silent_too(s
     from stram.master.core.recovery import recover
     r = run()
     container = r.state.plan.containers[r.cid("src")]
-    container.last_heartbeat_millis = r.now - silent_millis  # HEARTBEAT_TIMEOUT_MILLIS is 3000 here
+    container.last_heartbeat_millis = r.now - silent_millis  # three heartbeat intervals: 3000 ms here
     recover(r.state, [container.id], r.now, "operator src blocked", kill=True)
     r.state.handle(ContainerExited(container.id, 137, r.now, node="127.0.0.3"))
     assert r.state.node_failures == ({"127.0.0.3": 1} if counted else {})
