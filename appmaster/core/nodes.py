@@ -26,7 +26,7 @@ from stram.master.core.lifecycle import note
 from stram.master.core.plan import ContainerState, PTContainer
 from stram.master.launch.local import NODE_LOST_EXIT
 
-__all__ = ["container_ended", "count_failure", "watch_nodes", "blacklisted_nodes", "avoid_hosts", "fine_after_millis"]
+__all__ = ["container_ended", "count_failure", "watch_nodes", "blacklisted_nodes", "fine_after_millis"]
 
 MAX_FAILURES = "MAX_CONSECUTIVE_CONTAINER_FAILURES_FOR_BLACKLIST"
 REMOVAL_MILLIS = "BLACKLISTED_NODE_REMOVAL_TIME_MILLIS"
@@ -100,11 +100,6 @@ def blacklisted_nodes(books: Books) -> list[dict[str, Any]]:
     """``[{host, failures, until}]`` of the blacklist (REST info ``blacklistedNodes``)."""
     return [{"host": h, "failures": books.node_failures.get(h, 0), "until": until}
             for h, until in sorted(books.blacklist.items())]
-
-
-def avoid_hosts(books: Books) -> tuple[str, ...]:
-    """The hosts new containers should not go to: the blacklist."""
-    return tuple(sorted(books.blacklist))
 
 
 def _fine(books: Books, node: str) -> None:

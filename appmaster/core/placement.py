@@ -200,7 +200,7 @@ def _shape(books: Any, state: _State) -> Shape:
 
 def blacklisted(books: Any, now: int) -> set[str]:
     """Hosts blacklisted at ``now``."""
-    return {host for host, until in (getattr(books, "blacklist", None) or {}).items() if until > now}
+    return {host for host, until in books.blacklist.items() if until > now}
 
 
 def _host_of(books: Any, state: _State, cid: str) -> str:
@@ -237,7 +237,7 @@ def _pick(books: Any, state: _State, order: list[str], exclude: set[str], now: i
 
 def _usable(books: Any, now: int) -> list[str]:
     black = blacklisted(books, now)
-    return [h for h, _ in (getattr(books, "cluster_nodes", None) or ()) if h not in black]
+    return [h for h, _ in books.cluster_nodes if h not in black]
 
 
 def check(books: Any, now: int) -> tuple[str, list[str]]:
@@ -245,7 +245,7 @@ def check(books: Any, now: int) -> tuple[str, list[str]]:
     hold ("" : none), and event-log lines for the rules that will be relaxed."""
     state = _state(books)
     shape = _shape(books, state)
-    nodes = getattr(books, "cluster_nodes", None) or []
+    nodes = books.cluster_nodes
     if not nodes:
         if shape.has_rules and not state.unplaced_noted:
             state.unplaced_noted = True
@@ -278,7 +278,7 @@ def choose(books: Any, container: PTContainer, now: int) -> Placement:
     cid = container.id
     wanted = shape.wanted.get(cid, ())
     label = shape.labels.get(cid)
-    nodes = getattr(books, "cluster_nodes", None) or []
+    nodes = books.cluster_nodes
     black = blacklisted(books, now)
     state.chosen.pop(cid, None)
     state.chosen_rack.pop(cid, None)

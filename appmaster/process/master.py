@@ -216,7 +216,7 @@ class AppMaster(AddressFiles):
             self.dispatch(DiskFull(_now(), str(exc)))
             return
         env = container_request_env(ins.container_id, self.app_path, self.app_id)
-        started = self.launcher.launch(placing.container_request(ins, env, self.state))
+        started = self.launcher.launch(placing.container_request(ins, env))
         while started is not None:  # journaled: a later attempt takes over this process, and no other
             try:
                 self.dispatch(ContainerStarted(ins.container_id, started[0], started[1], _now()))

@@ -16,7 +16,6 @@ from stram.common.skeinkeys import PLACEMENT_NOTE_ENV
 from stram.master.core.books import Books
 from stram.master.core.events import ContainerExited
 from stram.master.core.lifecycle import note
-from stram.master.core.nodes import avoid_hosts
 from stram.master.launch.local import ContainerRequest, Launcher
 
 __all__ = ["prepare", "container_request", "exited"]
@@ -37,13 +36,12 @@ def prepare(books: Books, launcher: Launcher, spec: Any, now: int) -> None:
         note(books, now, "placement", f"warning: {os.environ[PLACEMENT_NOTE_ENV]}")
 
 
-def container_request(ins: Any, env: dict[str, str], books: Books) -> ContainerRequest:
-    """The launcher's request for a ``LaunchContainer``; its hosts to avoid are the blacklist when
-    the instruction names none."""
-    avoid = tuple(getattr(ins, "avoid", ()) or ()) or (avoid_hosts(books) if books.blacklist else ())
+def container_request(ins: Any, env: dict[str, str]) -> ContainerRequest:
+    """The launcher's request for a ``LaunchContainer`` (its placement, blacklisted hosts among those
+    to avoid, decided by :mod:`stram.master.core.placement`)."""
     return ContainerRequest(ins.container_id, ins.memory_mb, ins.vcores, tuple(ins.hosts), env,
-                            racks=tuple(getattr(ins, "racks", ()) or ()), node_label=getattr(ins, "node_label", None),
-                            avoid=avoid, relax=bool(getattr(ins, "relax", True)))
+                            racks=tuple(ins.racks), node_label=ins.node_label, avoid=tuple(ins.avoid),
+                            relax=ins.relax)
 
 
 def exited(launcher: Launcher, container_id: str, exit_code: int | None, now: int) -> ContainerExited:

@@ -19,9 +19,11 @@ made here from the input:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
+from typing import Iterator
 
 import pytest
 from conftest import ROOT, read_counts, word_truth
@@ -133,6 +135,21 @@ def on_failure(cluster, proc, app_id: str, tmp_path) -> None:
         proc.communicate()
 
 
+@contextlib.contextmanager
+def watched(cluster, proc, app_id: str, tmp_path) -> Iterator[list[str]]:
+    """While a test drives an application: on a failure, print why and stop the launch; at the end,
+    start again every node the test killed (the list it appends to), for the tests after it."""
+    killed: list[str] = []
+    try:
+        yield killed
+    except BaseException:
+        on_failure(cluster, proc, app_id, tmp_path)
+        raise
+    finally:
+        for host in killed:
+            cluster.start_node(host)
+
+
 def test_spread_over_nodes_with_node_addresses_and_a_lost_node(on_multinode, tmp_path):
     cluster = on_multinode
     started = time.monotonic()
@@ -141,8 +158,7 @@ def test_spread_over_nodes_with_node_addresses_and_a_lost_node(on_multinode, tmp
   MAX_CONSECUTIVE_CONTAINER_FAILURES_FOR_BLACKLIST: 1
   PLACEMENT_TIMEOUT_MILLIS: 5000""")
     proc, app_id, base, signal_file = launch(cluster, tmp_path, "spread", spec)
-    lost = None
-    try:
+    with watched(cluster, proc, app_id, tmp_path) as killed:
         wait_until(lambda: running_operators(app_id), timeout=240, interval=2, what="every operator ACTIVE")
         app_path = app_path_of(app_id)
         master = master_host(cluster, app_path)
@@ -170,6 +186,7 @@ def test_spread_over_nodes_with_node_addresses_and_a_lost_node(on_multinode, tmp
         # the node of a counting container (not the master's) is lost with all its containers
         lost = next(placed[n] for n in ("count", "out") if placed[n] != master)
         victims = [n for n, h in placed.items() if h == lost]
+        killed.append(lost)
         cluster.kill_node(lost)
         cluster.wait_nodes({lost: {"LOST", "SHUTDOWN", "UNHEALTHY"}}, timeout=120)
 
@@ -186,19 +203,13 @@ def test_spread_over_nodes_with_node_addresses_and_a_lost_node(on_multinode, tmp
         assert lost in text and "blacklist" in text.lower(), text
         print("after the loss:", {n: r["host"] for n, r in now.items()}, "blacklisted:", info["blacklistedNodes"])
         finish_exact(cluster, proc, app_id, base, signal_file, tmp_path, started, "lost node")
-    except BaseException:
-        on_failure(cluster, proc, app_id, tmp_path)
-        raise
-    finally:
-        if lost:
-            cluster.start_node(lost)
 
 
 def test_resourcemanager_restart_mid_run_keeps_the_containers(on_multinode, tmp_path):
     cluster = on_multinode
     started = time.monotonic()
     proc, app_id, base, signal_file = launch(cluster, tmp_path, "rm-restart", wordcount_spec(tmp_path))
-    try:
+    with watched(cluster, proc, app_id, tmp_path):
         wait_until(lambda: running_operators(app_id), timeout=240, interval=2, what="every operator ACTIVE")
         before = {r["id"]: r["process"] for r in stram_json("list-containers", app_id) if r["state"] == "RUNNING"}
         report = cluster.restart_rm()
@@ -213,21 +224,18 @@ def test_resourcemanager_restart_mid_run_keeps_the_containers(on_multinode, tmp_
         finish_exact(cluster, proc, app_id, base, signal_file, tmp_path, started, "RM restart")
         attempts = cluster.run("yarn", "applicationattempt", "-list", app_id)
         assert attempts.count("appattempt_") == 1, attempts
-    except BaseException:
-        on_failure(cluster, proc, app_id, tmp_path)
-        raise
 
 
 def test_master_node_lost_the_second_attempt_resumes_elsewhere(on_multinode, tmp_path):
     cluster = on_multinode
     started = time.monotonic()
     proc, app_id, base, signal_file = launch(cluster, tmp_path, "master-node", wordcount_spec(tmp_path))
-    lost = None
-    try:
+    with watched(cluster, proc, app_id, tmp_path) as killed:
         wait_until(lambda: running_operators(app_id), timeout=240, interval=2, what="every operator ACTIVE")
         time.sleep(2)  # a few checkpoints and journal writes
         app_path = app_path_of(app_id)
         lost = master_host(cluster, app_path)
+        killed.append(lost)
         cluster.kill_node(lost)
         wait_until(lambda: master_host(cluster, app_path) != lost and running_operators(app_id), timeout=300,
                    interval=3, what="the second attempt's master on another node, its operators ACTIVE")
@@ -236,12 +244,6 @@ def test_master_node_lost_the_second_attempt_resumes_elsewhere(on_multinode, tmp
         finish_exact(cluster, proc, app_id, base, signal_file, tmp_path, started, "master's node lost")
         logs = stram("logs", app_id).stdout
         assert "master attempt 2 resumed from the journal" in logs
-    except BaseException:
-        on_failure(cluster, proc, app_id, tmp_path)
-        raise
-    finally:
-        if lost:
-            cluster.start_node(lost)
 
 
 def test_node_and_rack_local_streams_and_an_impossible_rule(on_multinode, tmp_path):
@@ -250,16 +252,13 @@ def test_node_and_rack_local_streams_and_an_impossible_rule(on_multinode, tmp_pa
     spec = wordcount_spec(tmp_path, words_locality="NODE_LOCAL", counts_locality="RACK_LOCAL")
     proc, app_id, base, signal_file = launch(cluster, tmp_path, "local", spec)
     started = time.monotonic()
-    try:
+    with watched(cluster, proc, app_id, tmp_path):
         wait_until(lambda: running_operators(app_id), timeout=240, interval=2, what="every operator ACTIVE")
         rows = containers_by_operator(app_id)
         assert rows["split"]["id"] != rows["count"]["id"]
         assert rows["split"]["host"] == rows["count"]["host"], rows   # NODE_LOCAL: one node
         assert racks[rows["count"]["host"]] == racks[rows["out"]["host"]], (rows, racks)  # RACK_LOCAL
         finish_exact(cluster, proc, app_id, base, signal_file, tmp_path, started, "NODE_LOCAL/RACK_LOCAL")
-    except BaseException:
-        on_failure(cluster, proc, app_id, tmp_path)
-        raise
 
 
 def test_a_rule_the_cluster_cannot_satisfy_fails_saying_why(on_multinode, tmp_path):

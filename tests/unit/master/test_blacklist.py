@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import random
-import types
 
 import pytest
 from statekit import FakeLauncher, StateRun
@@ -16,6 +15,7 @@ from statekit import FakeLauncher, StateRun
 from stram.client import cli
 from stram.master.core.events import ContainerExited, KillContainerRequest
 from stram.master.core.instructions import LaunchContainer
+from stram.master.core.lifecycle import launch
 from stram.master.core.nodes import container_ended, fine_after_millis
 from stram.master.core.state import MasterState
 from stram.master.journal import document as journal
@@ -98,12 +98,11 @@ def test_consecutive_failures_blacklist_a_node_and_it_becomes_avoided():
                                          "until": r.state.blacklist["127.0.0.3"]}]
     until = r.state.blacklist["127.0.0.3"]
     assert until - r.now <= REMOVAL and until > r.now
-    # the launch request avoids it, unless the planner named hosts to avoid itself
-    ins = LaunchContainer("container_000009", 1024, 1, ("127.0.0.3",))
-    assert placing.container_request(ins, {}, r.state).avoid == ("127.0.0.3",)
-    own = types.SimpleNamespace(container_id="c", memory_mb=1, vcores=1, hosts=(), avoid=("127.0.0.4",),
-                                racks=("/r",), node_label="gpu", relax=False)
-    req = placing.container_request(own, {}, r.state)
+    # the next launch request avoids it (the planner puts the blacklist among the hosts to avoid)
+    ins = launch(r.state, r.state.plan.containers[r.cid("out")], r.now)
+    assert placing.container_request(ins, {}).avoid == ("127.0.0.3",)
+    own = LaunchContainer("c", 1, 1, (), racks=("/r",), node_label="gpu", avoid=("127.0.0.4",), relax=False)
+    req = placing.container_request(own, {})
     assert (req.avoid, req.racks, req.node_label, req.relax) == (("127.0.0.4",), ("/r",), "gpu", False)
 
 
