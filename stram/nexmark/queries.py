@@ -10,8 +10,8 @@ share its three sources (one application running several queries).
 How each is built:
 
 * q0, q1, q2: a source and, for q1/q2, one step on its Arrow batches (pyarrow compute).
-* q3: category-10 auctions and OR/ID/CA persons, an interval join by seller with bounds wider than
-  any data set (an unwindowed join over bounded input).
+* q3: category-10 auctions and OR/ID/CA persons (selected on Arrow batches), an interval join by
+  seller with bounds wider than any data set (an unwindowed join over bounded input).
 * q9 (and q4): auctions interval-joined with their bids (0 .. the longest auction), filtered to
   bids by the auction's expiry at or above its reserve, then per auction a fold in a 1 ms window
   at ``expires`` (all pairs of an auction share that time, so it fires once the watermark passes
@@ -194,13 +194,30 @@ def q3(flow: Flow, data_dir: str, out_dir: str, partitions: int = 1, sources: So
     """Category-10 auctions of sellers in OR, ID or CA: the seller's name, city, state and the auction's id."""
     src = sources or Sources(flow, data_dir, partitions)
     p = _parts(partitions)
-    auctions = src.read("auction", ["id", "seller", "category", TIME]) \
-        .filter(_in_category, name="q3_category", partitions=p, locality=src.locality())
-    persons = src.read("person", ["id", "name", "city", "state", TIME]) \
-        .filter(_in_states, name="q3_states", partitions=p, locality=src.locality())
+    if src.shared:  # dict sources other queries read too
+        auctions = src.read("auction", ["id", "seller", "category", TIME]) \
+            .filter(_in_category, name="q3_category", partitions=p, locality=src.locality())
+        persons = src.read("person", ["id", "name", "city", "state", TIME]) \
+            .filter(_in_states, name="q3_states", partitions=p, locality=src.locality())
+    else:  # the selections on Arrow batches: only the rows that can join become dicts
+        auctions = src.read("auction", ["id", "seller", "category", TIME], arrow=True) \
+            .flat_map(_category_rows, name="q3_category", partitions=p, locality="THREAD_LOCAL")
+        persons = src.read("person", ["id", "name", "city", "state", TIME], arrow=True) \
+            .flat_map(_state_rows, name="q3_states", partitions=p, locality="THREAD_LOCAL")
     pairs = auctions.key_by("seller").interval_join(persons.key_by("id"), -UNBOUNDED_MS, UNBOUNDED_MS, name="q3_join",
                                                     partitions=p)
     _write(pairs.map(_q3_row, name="q3_row", partitions=p, locality="THREAD_LOCAL"), out_dir, partitions, "q3_out")
+
+
+def _category_rows(batch: Any) -> list[dict]:
+    import pyarrow.compute as pc
+    return batch.filter(pc.equal(batch.column("category"), Q3_CATEGORY)).to_pylist()
+
+
+def _state_rows(batch: Any) -> list[dict]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    return batch.filter(pc.is_in(batch.column("state"), value_set=pa.array(Q3_STATES))).to_pylist()
 
 
 def _in_category(auction: dict) -> bool:
