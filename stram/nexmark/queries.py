@@ -18,9 +18,11 @@ How each is built:
   the expiry) keeping the winner by the oracle's tie rules. q4 folds the winners per category in
   one window spanning all time: ``sum // count``. With one partition (not shared) the steps after the
   join run in its thread.
-* q5: a sliding count per auction, then per window (keyed by its start, timed at its end - 1 ms in
+* q5: a sliding count per auction (bids counted per auction and 2 s pane within each Arrow batch,
+  those counts summed per window), then per window (keyed by its start, timed at its end - 1 ms in
   a tumbling window of the slide) the auctions with the top count.
-* q7: per auction and tumbling window the highest bids, then per window the highest of those.
+* q7: per tumbling window the highest bids of each Arrow batch, then per window the highest of those
+  (shared dict sources: per auction and window first).
 * q8: auctions counted per seller in tumbling windows, joined in the same windows with persons.
 * q11: sessions per bidder: the oracle joins bids up to exactly the gap apart, the window operator
   those closer than its gap, so the gap is 10 s + 1 ms and the reported end 1 ms less.
@@ -375,14 +377,32 @@ def q5(flow: Flow, data_dir: str, out_dir: str, partitions: int = 1, sources: So
     """Per sliding window (10 s every 2 s), the auctions with the most bids."""
     src = sources or Sources(flow, data_dir, partitions)
     p = _parts(partitions)
-    counts = src.read("bid", ["auction", TIME], by="auction").key_by("auction") \
-        .window(windows.sliding(Q5_SIZE_MS, Q5_SLIDE_MS)).count(name="q5_count", partitions=p)
+    window = windows.sliding(Q5_SIZE_MS, Q5_SLIDE_MS)
+    if src.shared:  # a dict source other queries read too: every bid counted on its own
+        counts = src.read("bid", ["auction", TIME], by="auction").key_by("auction").window(window) \
+            .count(name="q5_count", partitions=p)
+    else:  # bids counted per auction and slide-long pane within each Arrow batch, those counts summed
+        panes = src.read("bid", ["auction", TIME], arrow=True) \
+            .flat_map(_pane_counts, name="q5_pane_counts", partitions=p, locality="THREAD_LOCAL")
+        counts = panes.key_by("auction").window(window).sum("n", name="q5_count", partitions=p)
     # per window: its counts come out when the watermark passes its end, stamped 1 ms before it, into
     # the slide-long window that ends with it, which the same watermark fires
     hottest = counts.key_by("window_start").window(windows.tumbling(Q5_SLIDE_MS), timestamp=_last_ms) \
         .fold(_no_top, _add_count, _merge_tops, name="q5_hottest", partitions=p)
     _write(hottest.flat_map(_q5_rows, name="q5_rows", partitions=p, locality="THREAD_LOCAL"), out_dir, partitions,
            "q5_out")
+
+
+def _pane_counts(batch: Any) -> list[dict]:
+    """A batch's bids counted per auction and pane (the slide-long span a sliding window is made of):
+    ``{"auction", "dateTime": the pane's start, "n"}``. A pane lies wholly inside every window that holds
+    its start, so summing these per window counts exactly its bids; a batch of thousands of bids spans
+    one or two panes and a few hundred auctions."""
+    import pyarrow as pa
+    times = batch.column(TIME).to_numpy()
+    panes = pa.table({"auction": batch.column("auction"), TIME: times - times % Q5_SLIDE_MS})
+    counted = panes.group_by(["auction", TIME]).aggregate([([], "count_all")])
+    return counted.rename_columns(["auction", TIME, "n"]).to_pylist()
 
 
 def _last_ms(result: dict) -> int:
@@ -418,10 +438,17 @@ def q7(flow: Flow, data_dir: str, out_dir: str, partitions: int = 1, sources: So
     """Per tumbling 10 s window, the bids at its highest price."""
     src = sources or Sources(flow, data_dir, partitions)
     p = _parts(partitions)
-    per_auction = src.read("bid", BID_OUT, by="auction").key_by("auction").window(windows.tumbling(Q7_SIZE_MS)) \
-        .fold(_no_top, _add_bid, _merge_tops, name="q7_per_auction", partitions=p)
-    highest = per_auction.key_by("window_start").window(windows.tumbling(Q7_SIZE_MS), timestamp=_last_ms) \
-        .fold(_no_top, _add_top, _merge_tops, name="q7_highest", partitions=p)
+    if src.shared:  # a dict source other queries read too: the highest bids per auction first
+        per_auction = src.read("bid", BID_OUT, by="auction").key_by("auction") \
+            .window(windows.tumbling(Q7_SIZE_MS)).fold(_no_top, _add_bid, _merge_tops, name="q7_per_auction",
+                                                       partitions=p)
+        highest = per_auction.key_by("window_start").window(windows.tumbling(Q7_SIZE_MS), timestamp=_last_ms) \
+            .fold(_no_top, _add_top, _merge_tops, name="q7_highest", partitions=p)
+    else:  # the highest bids of each window within each Arrow batch, then the highest of those
+        tops = src.read("bid", BID_OUT, arrow=True) \
+            .flat_map(_batch_tops, name="q7_batch_tops", partitions=p, locality="THREAD_LOCAL")
+        highest = tops.key_by("window_start").window(windows.tumbling(Q7_SIZE_MS), timestamp=_last_ms) \
+            .fold(_no_top, _add_bid, _merge_tops, name="q7_highest", partitions=p)
     _write(highest.flat_map(_q7_rows, name="q7_rows", partitions=p, locality="THREAD_LOCAL"), out_dir, partitions,
            "q7_out")
 
@@ -433,6 +460,22 @@ def _add_bid(top: list, bid: dict) -> list:
     elif price == top[0]:
         top[1].append(bid)
     return top
+
+
+def _batch_tops(batch: Any) -> list[dict]:
+    """Per tumbling window a batch's bids fall in (one or two), its bids at the highest price, with the
+    window's ``window_start`` and ``window_end``: no other bid of the batch can be among the window's."""
+    import numpy as np
+    times, prices = batch.column(TIME).to_numpy(), batch.column("price").to_numpy()
+    starts = times - times % Q7_SIZE_MS
+    rows = []
+    for start in np.unique(starts).tolist():
+        mine = starts == start
+        top = batch.filter(mine & (prices == prices[mine].max())).select(BID_OUT).to_pylist()
+        for bid in top:
+            bid["window_start"], bid["window_end"] = start, start + Q7_SIZE_MS
+        rows += top
+    return rows
 
 
 def _add_top(top: list, result: dict) -> list:
