@@ -24,7 +24,8 @@ How each is built:
 * q7: per tumbling window the highest bids of each Arrow batch, then per window the highest of those
   (shared dict sources: per auction and window first).
 * q8: auctions counted per seller in tumbling windows, joined in the same windows with persons.
-* q11: sessions per bidder: the oracle joins bids up to exactly the gap apart, the window operator
+* q11: sessions per bidder (each Arrow batch's bids of a bidder as its first bid, counting them, and
+  its last): the oracle joins bids up to exactly the gap apart, the window operator
   those closer than its gap, so the gap is 10 s + 1 ms and the reported end 1 ms less.
 """
 
@@ -510,10 +511,39 @@ def q11(flow: Flow, data_dir: str, out_dir: str, partitions: int = 1, sources: S
     """Bids per bidder session (bids at most 10 s apart)."""
     src = sources or Sources(flow, data_dir, partitions)
     p = _parts(partitions)
-    sessions = src.read("bid", ["bidder", TIME], by="bidder").key_by("bidder").window(windows.session(Q11_GAP_MS + 1)) \
-        .count(name="q11_sessions", partitions=p)
+    window = windows.session(Q11_GAP_MS + 1)
+    if src.shared:  # a dict source other queries read too: every bid on its own
+        sessions = src.read("bid", ["bidder", TIME], by="bidder").key_by("bidder").window(window) \
+            .count(name="q11_sessions", partitions=p)
+    else:  # each Arrow batch's bids per bidder as its first and last bid, those counts summed per session
+        points = src.read("bid", ["bidder", TIME], arrow=True) \
+            .flat_map(_session_points, name="q11_batch_points", partitions=p, locality="THREAD_LOCAL")
+        sessions = points.key_by("bidder").window(window).sum("n", name="q11_sessions", partitions=p)
     _write(sessions.map(_q11_row, name="q11_row", partitions=p, locality="THREAD_LOCAL"), out_dir, partitions,
            "q11_out")
+
+
+def _session_points(batch: Any) -> list[dict]:
+    """A batch's bids as fewer points ``{"bidder", "dateTime", "n"}`` with the same sessions: a bidder's
+    first bid in the batch carrying its count there and its last with 0, when the two are at most the gap
+    apart (the bids between them change neither the session they fall in nor its bounds); a bidder whose
+    bids in the batch spread wider keeps them all (n = 1)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    spans = pa.Table.from_batches([batch]).group_by("bidder").aggregate([(TIME, "min"), (TIME, "max"), ([], "count_all")])
+    bidder, first, last, count = (spans.column(i).to_pylist() for i in range(4))
+    points, spread = [], []
+    for b, f, la, n in zip(bidder, first, last, count):
+        if la - f > Q11_GAP_MS:
+            spread.append(b)
+            continue
+        points.append({"bidder": b, TIME: f, "n": n})
+        if la != f:
+            points.append({"bidder": b, TIME: la, "n": 0})
+    if spread:
+        wide = batch.filter(pc.is_in(batch.column("bidder"), value_set=pa.array(spread))).select(["bidder", TIME])
+        points += [{"bidder": b, TIME: t, "n": 1} for b, t in zip(*(c.to_pylist() for c in wide.columns))]
+    return points
 
 
 def _q11_row(session: dict) -> dict:

@@ -75,7 +75,7 @@ def test_every_query_in_one_application_matches_the_oracle(tmp_path, data, parti
         check(query, data, str(tmp_path / query))
 
 
-@pytest.mark.parametrize("query, partitions", [(q, 1) for q in QUERIES] + [("q3", 2), ("q5", 2), ("q7", 2)])
+@pytest.mark.parametrize("query, partitions", [(q, 1) for q in QUERIES] + [("q3", 2), ("q5", 2), ("q7", 2), ("q11", 2)])
 def test_each_query_on_its_own_matches_the_oracle(tmp_path, data, query, partitions):
     out = str(tmp_path / "out")
     summary = run_query(query, data, out, partitions, progress=False)
