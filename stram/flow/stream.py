@@ -308,10 +308,12 @@ class KeyedStream(Stream):
         return self._join("join", f"{_JOIN}:WindowedJoin", other, props, name, partitions, locality)
 
     def interval_join(self, other: "KeyedStream", lower_ms: int, upper_ms: int, how: str = "inner", *,
-                      timestamp: Any = None, other_timestamp: Any = None, name: Any = None, partitions: Any = None,
-                      locality: Any = None) -> Stream:
+                      allowed_lateness_ms: int | None = None, timestamp: Any = None, other_timestamp: Any = None,
+                      name: Any = None, partitions: Any = None, locality: Any = None) -> Stream:
         """Pairs with the same key where right's time - left's time is in [lower_ms, upper_ms]:
-        ``{"key", "left", "right"}`` (``stram.operators.join:IntervalJoin``)."""
+        ``{"key", "left", "right"}`` (``stram.operators.join:IntervalJoin``). ``allowed_lateness_ms``: a
+        record further behind the watermark is late (default: late only once it can match nothing);
+        0 keeps the least state."""
         for label, value in (("lower_ms", lower_ms), ("upper_ms", upper_ms)):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise FlowError(f"interval_join: {label} must be an integer of milliseconds, got {value!r}")
@@ -319,6 +321,8 @@ class KeyedStream(Stream):
             raise FlowError(f"interval_join: lower_ms ({lower_ms}) is above upper_ms ({upper_ms})")
         props = self._join_props(other, how, timestamp, other_timestamp, "interval_join")
         props.update(lower_ms=lower_ms, upper_ms=upper_ms)
+        if allowed_lateness_ms is not None:
+            props["allowed_lateness_ms"] = _millis("allowed_lateness_ms", allowed_lateness_ms)
         return self._join("interval_join", f"{_JOIN}:IntervalJoin", other, props, name, partitions, locality)
 
     def _join_props(self, other: Any, how: str, timestamp: Any, other_timestamp: Any, what: str) -> dict[str, Any]:

@@ -278,9 +278,12 @@ def winning_bids(src: Sources, partitions: int, with_extra: bool) -> Stream:
     bids = src.read("bid", bid_cols, by="auction")
     tag = "q9" if with_extra else "q4"
     # a bid pairs with its auction when it comes at or after the auction's start and at most the longest
-    # auction later: every possible winner, and state for no longer than that
+    # auction later: every possible winner. The sources are in time order, so no record is ever behind
+    # the watermark: with no lateness allowed a bid is dropped once the watermark passes it (a later
+    # auction cannot start before it), an auction once it passes the longest auction.
     pairs = auctions.key_by("id").interval_join(bids.key_by("auction"), 0, longest_auction_ms(src.data_dir),
-                                                name=f"{tag}_join", partitions=p)
+                                                allowed_lateness_ms=OUT_OF_ORDERNESS_MS, name=f"{tag}_join",
+                                                partitions=p)
     valid = pairs.filter(_can_win, name=f"{tag}_valid", partitions=p, locality="THREAD_LOCAL")
     winners = valid.key_by("key").window(windows.tumbling(1), timestamp=_expires) \
         .fold(_no_winner, _better, _best, name=f"{tag}_winner", partitions=p, locality=_chained(src, partitions))

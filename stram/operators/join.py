@@ -8,6 +8,7 @@ could still join go out on ``late`` unchanged.
 
 from __future__ import annotations
 
+import collections
 import heapq
 from operator import itemgetter
 from typing import Any, Callable, Optional
@@ -215,18 +216,25 @@ class IntervalJoin(_TwoSided):
     as soon as the second of them arrives.
 
     A left record is late (goes to ``late``) when l.ts + upper_ms is below the watermark, a right
-    one when r.ts - lower_ms is. A record that is not late may be behind the watermark, so records
-    are kept until no record that is not late can match them: a left one until the watermark
-    passes l.ts + upper_ms + max(0, -lower_ms) (then, with how=left and no match, it goes out with
-    right None), a right one until it passes r.ts - lower_ms + max(0, upper_ms).
+    one when r.ts - lower_ms is: it could no longer match anything. ``allowed_lateness_ms`` A bounds
+    that further: a record more than A behind the watermark is late too (Flink's interval join is
+    A = 0: a record behind the watermark is late). A record that is not late may be behind the
+    watermark, so records are kept until no record that is not late can match them: a left one until
+    the watermark passes l.ts + upper_ms + max(0, min(A, -lower_ms)) (then, with how=left and no
+    match, it goes out with right None), a right one until it passes r.ts - lower_ms + max(0, min(A,
+    upper_ms)). With A = 0 and lower_ms = 0 a right record is dropped once the watermark passes it.
 
     State: ``lefts`` (key -> {arrival: [ts, record, matched]}) and ``rights`` (key -> {arrival: [ts, record]}).
+    Expiry: per side a FIFO of (expiry, arrival, key) for records that arrive in expiry order (the
+    common case: a side's records in time order) and a heap for the others.
     """
 
     lower_ms: int = 0
     upper_ms: int = 0
+    #: How far behind the watermark a record may be and still join (None: as long as it can match).
+    allowed_lateness_ms: Optional[int] = None
 
-    transient = _TwoSided.transient + ("_heaps",)
+    transient = _TwoSided.transient + ("_heaps", "_fifos", "_horizons")
 
     def __init__(self) -> None:
         super().__init__()
@@ -234,6 +242,8 @@ class IntervalJoin(_TwoSided):
         self.rights: dict[Any, dict[int, list]] = {}
         self.arrivals = 0
         self._heaps: tuple[list, list] = ([], [])
+        self._fifos: tuple[collections.deque, collections.deque] = (collections.deque(), collections.deque())
+        self._horizons = (0, 0)
 
     def held(self) -> int:
         """Records of both sides waiting for a partner."""
@@ -245,6 +255,11 @@ class IntervalJoin(_TwoSided):
         upper = self._int("upper_ms", -(1 << 62))
         if lower > upper:
             raise fail(self._name, "lower_ms", f"lower_ms {lower} is above upper_ms {upper}: nothing could match")
+        if self.allowed_lateness_ms is not None:
+            self._int("allowed_lateness_ms", 0)
+        lateness = self.allowed_lateness_ms
+        # a record is late when its ts + its side's horizon is below the watermark
+        self._horizons = (upper, -lower) if lateness is None else (min(upper, lateness), min(-lower, lateness))
         self._rebuild()
 
     def _rebuild(self) -> None:
@@ -254,25 +269,28 @@ class IntervalJoin(_TwoSided):
                        [(e[0] + right_keep, n, k) for k, d in self.rights.items() for n, e in d.items()])
         for heap in self._heaps:
             heapq.heapify(heap)
+        self._fifos = (collections.deque(), collections.deque())
 
     def _keep(self) -> tuple[int, int]:
-        """How long past its ts each side's record is kept (left, right)."""
-        lower, upper = self.lower_ms, self.upper_ms
-        return upper + max(0, -lower), -lower + max(0, upper)
+        """How long past its ts each side's record is kept (left, right): until its last possible partner's
+        time plus how far behind the watermark that partner may still come."""
+        left_horizon, right_horizon = self._horizons
+        return self.upper_ms + max(0, right_horizon), -self.lower_ms + max(0, left_horizon)
 
     def _side(self, records: list, side: int) -> None:
         fields, wm = self._fields[side], self.watermark
         lower, upper = self.lower_ms, self.upper_ms
         keep = self._keep()[side]
+        horizon = self._horizons[side]
         mine, theirs = (self.lefts, self.rights) if side == 0 else (self.rights, self.lefts)
-        heap = self._heaps[side]
+        heap, fifo = self._heaps[side], self._fifos[side]
         late, rows = [], []
         for r in records:
             kt = self._read(fields, r)
             if kt is None:
                 continue
             k, t = kt
-            if (t + upper if side == 0 else t - lower) < wm:
+            if t + horizon < wm:
                 late.append(r)
                 continue
             other = theirs.get(k)
@@ -299,15 +317,22 @@ class IntervalJoin(_TwoSided):
             if d is None:
                 d = mine[k] = {}
             d[n] = entry
-            heapq.heappush(heap, (t + keep, n, k))
+            due = t + keep
+            if not fifo or fifo[-1][0] <= due:
+                fifo.append((due, n, k))
+            else:
+                heapq.heappush(heap, (due, n, k))
         self._emit(rows, late)
 
     def _expire(self, watermark: int) -> None:
         rows = []
         for side, state in ((0, self.lefts), (1, self.rights)):
-            heap = self._heaps[side]
-            while heap and heap[0][0] < watermark:
-                _, n, k = heapq.heappop(heap)
+            heap, fifo = self._heaps[side], self._fifos[side]
+            while (fifo and fifo[0][0] < watermark) or (heap and heap[0][0] < watermark):
+                if fifo and fifo[0][0] < watermark and (not heap or fifo[0] < heap[0]):
+                    _, n, k = fifo.popleft()
+                else:
+                    _, n, k = heapq.heappop(heap)
                 d = state[k]
                 e = d.pop(n)
                 if not d:

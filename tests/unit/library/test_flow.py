@@ -126,11 +126,16 @@ def test_joins_and_dedup_compile_to_their_operators():
     assert loaded(join["properties"], "right_key_fn")({"ref": 9}) == 9
     assert ops_["interval_join"]["properties"]["right_timestamp_field"] == "other_t"
     assert ops_["interval_join"]["properties"]["lower_ms"] == -500
+    assert "allowed_lateness_ms" not in ops_["interval_join"]["properties"]
+    left.interval_join(right, 0, 10, allowed_lateness_ms=0, name="strict")
+    assert flow.to_spec()["operators"]["strict"]["properties"]["allowed_lateness_ms"] == 0
+    with pytest.raises(FlowError, match="allowed_lateness_ms"):
+        left.interval_join(right, 0, 10, allowed_lateness_ms=-1)
     assert ops_["dedup"] == {"class": "stram.operators.dedup:Dedup", "properties": {
         "key_field": "id", "timestamp_field": "lt", "within_ms": 60_000}}
     streams = flow.to_spec()["streams"]
-    assert streams["read_jsonl"]["to"] == ["join.left", "interval_join.left", "dedup.input"]
-    assert streams["read_jsonl_2"]["to"] == ["join.right", "interval_join.right"]
+    assert streams["read_jsonl"]["to"] == ["join.left", "interval_join.left", "dedup.input", "strict.left"]
+    assert streams["read_jsonl_2"]["to"] == ["join.right", "interval_join.right", "strict.right"]
 
 
 def test_event_time_flows_pass_the_spec_check():
@@ -146,6 +151,7 @@ def test_event_time_flows_pass_the_spec_check():
     other = flow.read_jsonl("people", timestamp_field="t").key_by(lambda r: r["id"])
     keyed.join(other, windows.tumbling(1000), how="left").write_jsonl("j")
     keyed.interval_join(other, 0, 500).write_jsonl("ij")
+    keyed.interval_join(other, 0, 500, allowed_lateness_ms=0).write_jsonl("ij0")
     keyed.dedup(1000).late.write_jsonl("d")
     spec = flow.compile()
     assert len([op for op in spec.operators.values() if op.class_name.endswith("WindowedAggregate")]) == 15

@@ -63,13 +63,16 @@ def test_windowed_join_pairs_come_in_left_then_right_arrival_order():
             assert pairs == sorted(pairs)  # ids are arrival positions
 
 
+@pytest.mark.parametrize("lateness", [None, 0, 25])
 @pytest.mark.parametrize("how", ["inner", "left"])
 @pytest.mark.parametrize("lower, upper", [(0, 60), (-50, 50), (-80, 0), (-20, 150)])
-def test_interval_join_equals_the_oracle(lower, upper, how):
+def test_interval_join_equals_the_oracle(lower, upper, how, lateness):
+    # on-time records are never behind the watermark, late ones far behind: every lateness joins the same
+    extra = {} if lateness is None else {"allowed_lateness_ms": lateness}
     for seed in SEEDS:
         items = stream(seed, 300, keys=4, bound=B, late=0.1, horizon=max(upper, -lower), lookback=2 * R,
                        ports=SIDES)
-        run = drive(IntervalJoin, dict(fields(seed), lower_ms=lower, upper_ms=upper, how=how), items, R, B,
+        run = drive(IntervalJoin, dict(fields(seed), lower_ms=lower, upper_ms=upper, how=how, **extra), items, R, B,
                     mode=MODES[seed % 3], seed=seed)
         got = Counter((r["key"], r["left"]["id"], r["right"]["id"] if r["right"] is not None else None)
                       for r in run.results)
@@ -107,7 +110,7 @@ def test_interval_join_state_stays_bounded():
 
     def held(op):
         return max(sum(len(d) for d in op.lefts.values()) + sum(len(d) for d in op.rights.values()),
-                   len(op._heaps[0]) + len(op._heaps[1]))
+                   sum(map(len, op._heaps)) + sum(map(len, op._fifos)))
     run = drive(IntervalJoin, dict(fields(0), lower_ms=lower, upper_ms=upper, how="left"), items, R, B, size=held)
     assert run.max_size <= bound
     got = Counter((r["key"], r["left"]["id"], r["right"]["id"] if r["right"] is not None else None)
@@ -115,9 +118,34 @@ def test_interval_join_state_stays_bounded():
     assert len(got) > n // 4
 
 
+def test_interval_join_with_no_lateness_drops_a_right_record_once_the_watermark_passes_it():
+    """lower 0, allowed lateness 0: a right record can only meet left records at or before its ts, which
+    come before the watermark passes it; so the right side holds the records of the last few driver
+    windows (2R + 1 + 2B / step), where without the bound it holds those of the last upper ms too."""
+    step, upper, n = 2, 400, 20_000
+    rng = random.Random(5)
+    items = [(rng.choice(SIDES), {"key": f"k{rng.randrange(50)}", "ts": i * step + rng.randrange(B), "id": i}, False)
+             for i in range(n)]
+
+    def rights(op):
+        return sum(len(d) for d in op.rights.values())
+
+    held = {}
+    for lateness in (None, 0):
+        extra = {} if lateness is None else {"allowed_lateness_ms": lateness}
+        run = drive(IntervalJoin, dict(fields(0), lower_ms=0, upper_ms=upper, **extra), items, R, B, size=rights)
+        held[lateness] = run.max_size
+        got = Counter((r["left"]["id"], r["right"]["id"]) for r in run.results)
+        assert got == Counter((a, b) for k, a, b in interval_join_oracle(on_time(items), 0, upper, "inner"))
+    # about half the records are right ones
+    assert held[0] <= 2 * R + 1 + 2 * B // step < upper // (2 * step) <= held[None]
+
+
 def test_join_properties_and_partition_keys():
     with pytest.raises(FatalError, match="IntervalJoin op: property 'lower_ms'"):
         make(IntervalJoin, dict(fields(0), lower_ms=5, upper_ms=1))
+    with pytest.raises(FatalError, match="IntervalJoin op: property 'allowed_lateness_ms'"):
+        make(IntervalJoin, dict(fields(0), lower_ms=0, upper_ms=1, allowed_lateness_ms=-1))
     with pytest.raises(FatalError, match="WindowedJoin op: property 'how'"):
         make(WindowedJoin, dict(fields(0), window=WINDOWS["tumbling"], how="outer"))
     with pytest.raises(FatalError, match="WindowedJoin op: property 'window'"):
