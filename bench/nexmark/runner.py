@@ -27,6 +27,7 @@ import psutil
 
 from bench.nexmark import check, install
 from bench.peers.bench_peers import VENVS, venv_python
+from stram.nexmark.generator import FORMAT
 
 #: the repository (stram's runs start there)
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -124,8 +125,8 @@ def dataset(events: int, seed: int, data: str | None) -> tuple[str, int]:
     if os.path.exists(meta):
         with open(meta) as f:
             info = json.load(f)
-        if info.get("events") == events and info.get("seed") == seed:
-            return data, events
+        if info.get("events") == events and info.get("seed") == seed and (explicit or info.get("format") == FORMAT):
+            return data, events     # (a cached data set of an older format is made again)
         if explicit:
             print(f"data: {data} holds {info.get('events'):,} events (seed {info.get('seed')}); using it as it is")
             return data, int(info["events"])

@@ -35,8 +35,11 @@ NUM_CHANNELS = 10_000
 HOT_CHANNELS_RATIO = 2
 #: the fixed part of every record's size the padding tops up (ids, numbers, timestamps: 8 bytes each)
 PERSON_FIXED, AUCTION_FIXED, BID_FIXED = 8, 8 + 5 * 8, 4 * 8
-#: rows per Parquet row group (a batch's rows are buffered up to this many before writing)
-ROW_GROUP_ROWS = 1 << 19
+#: rows per Parquet row group: small enough that the partitions of a source take turns on row groups, each
+#: decoding only its own (stram.operators.parquet.GROUP_STRIPE_ROWS), while staying close in event time
+ROW_GROUP_ROWS = 1 << 16
+#: meta.json's "format": 2 since row groups are ROW_GROUP_ROWS rows (1 had groups of a generator batch)
+FORMAT = "stram-nexmark/2"
 #: events generated at once: bounds the generator's memory (a few hundred bytes per event)
 BATCH_EVENTS = 500_000
 #: a distinct seed space for the channel table, so it does not correlate with event draws
@@ -205,10 +208,13 @@ def write_dataset(out_dir: str, events: int, cfg: GeneratorConfig, *, force: boo
     pending: dict[str, list[pa.Table]] = {kind: [] for kind in KINDS}
 
     def flush(kind: str, final: bool) -> None:
+        """Whole row groups of what is pending (at the end, the rest too)."""
         rows = sum(t.num_rows for t in pending[kind])
-        if rows and (final or rows >= ROW_GROUP_ROWS):
-            writers[kind].write_table(pa.concat_tables(pending[kind]), row_group_size=max(rows, 1))
-            pending[kind] = []
+        whole = rows if final else rows - rows % ROW_GROUP_ROWS
+        if whole:
+            table = pa.concat_tables(pending[kind])
+            writers[kind].write_table(table.slice(0, whole), row_group_size=ROW_GROUP_ROWS)
+            pending[kind] = [table.slice(whole)] if whole < rows else []
 
     try:
         for _, end, tables in batches(cfg, 0, events, batch_events):
@@ -230,7 +236,7 @@ def write_dataset(out_dir: str, events: int, cfg: GeneratorConfig, *, force: boo
         os.replace(tmp[kind], os.path.join(out_dir, f"{kind}.parquet"))
     last = timestamps(cfg, np.array([max(events - 1, 0)]))[0]
     meta = {
-        "format": "stram-nexmark/1",
+        "format": FORMAT,
         "events": events,
         "seed": cfg.seed,
         "rate": cfg.first_event_rate,

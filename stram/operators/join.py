@@ -285,12 +285,22 @@ class IntervalJoin(_TwoSided):
         horizon = self._horizons[side]
         mine, theirs = (self.lefts, self.rights) if side == 0 else (self.rights, self.lefts)
         heap, fifo = self._heaps[side], self._fifos[side]
+        kf, tf = fields.key_field, fields.ts_field
+        inline = kf is not None and tf is not None
+        read = self._read
         late, rows = [], []
         for r in records:
-            kt = self._read(fields, r)
-            if kt is None:
-                continue
-            k, t = kt
+            t = None
+            if inline:  # the common case read inline: key and integer time from dict fields
+                try:
+                    k, t = r[kf], r[tf]
+                except (KeyError, TypeError, IndexError):
+                    pass
+            if t.__class__ is not int:
+                kt = read(fields, r)
+                if kt is None:
+                    continue
+                k, t = kt
             if t + horizon < wm:
                 late.append(r)
                 continue

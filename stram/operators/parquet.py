@@ -20,6 +20,7 @@ twice and never deleted.
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import math
@@ -45,6 +46,11 @@ COMPRESSIONS = ("zstd", "snappy", "gzip", "brotli", "lz4", "none")
 PACE_WINDOWS = 2
 #: Bytes ParquetInput reads of a column chunk at a time.
 READ_BUFFER = 1 << 20
+#: Partitions take turns on whole row groups when every row group has at most this many rows (and there
+#: are at least as many groups as partitions): each then decodes only its own groups, where taking turns
+#: on stripes of ``batch_rows`` has every partition decode the whole file. Groups this small keep the
+#: partitions close in event time.
+GROUP_STRIPE_ROWS = 1 << 17
 
 
 def to_table(records: list[dict], drop: Optional[str] = None) -> Any:
@@ -94,8 +100,9 @@ class ParquetInput(InputOperator):
     ``pyarrow.RecordBatch`` objects on ``batches`` (an Arrow stream). ``columns`` limits what is read.
     With ``timestamp_field`` (an integer column, epoch milliseconds) it is a watermark's origin: at
     the end of every window it declares the largest timestamp seen minus ``out_of_orderness_ms``, at
-    the end of the file the maximum. Partition ``i`` of ``n`` reads the file's stripes of
-    ``batch_rows`` rows ``i``, ``i + n``, ... (so partitions advance through event time together).
+    the end of the file the maximum. Partition ``i`` of ``n`` reads the file's stripes ``i``, ``i + n``,
+    ... (so partitions advance through event time together): its row groups when they are small
+    (:data:`GROUP_STRIPE_ROWS`), each decoded by its partition alone, else stripes of ``batch_rows`` rows.
     A row whose timestamp is null is logged, counted in the ``malformed`` metric and skipped.
 
     With ``rate`` it replays the file at that many rows per second of wall time (each of ``n``
@@ -128,6 +135,7 @@ class ParquetInput(InputOperator):
     #: A local directory where each partition notes when its paced replay started (None: nowhere).
     start_report: Optional[str] = None
     transient = ("_file", "_batches", "_current", "_left", "_context", "_where", "_part", "_parts", "_starts",
+                 "_group_stripes",
                  "_ts", "_done", "_pace", "_window_rows")
 
     def __init__(self) -> None:
@@ -145,6 +153,7 @@ class ParquetInput(InputOperator):
         self._where = "ParquetInput"
         self._part, self._parts = 0, 1
         self._starts: list[int] = []
+        self._group_stripes = False   # partitions take turns on row groups, not on stripes of batch_rows
         self._ts = -1
         self._done = False
         self._pace: Optional[tuple[float, int]] = None   # (wall time the schedule counts from, rows emitted since)
@@ -185,6 +194,9 @@ class ParquetInput(InputOperator):
         self._starts = [0]
         for i in range(meta.num_row_groups):
             self._starts.append(self._starts[-1] + meta.row_group(i).num_rows)
+        self._group_stripes = (self._parts > 1 and meta.num_row_groups >= self._parts
+                               and all(meta.row_group(i).num_rows <= GROUP_STRIPE_ROWS
+                                       for i in range(meta.num_row_groups)))
 
     def _check_columns(self, schema: Any) -> None:
         import pyarrow as pa
@@ -285,11 +297,19 @@ class ParquetInput(InputOperator):
             if pos >= end:
                 self._current = None
                 continue
-            k = pos // stripe
-            if k % parts != part:  # another partition's stripe: on to this partition's next one
-                self.offset = (k + (part - k) % parts) * stripe
-                continue
-            stop = min(end, (k + 1) * stripe, pos + n)
+            if self._group_stripes:
+                starts = self._starts
+                k = bisect.bisect_right(starts, pos) - 1
+                if k % parts != part:  # another partition's row group: on to this partition's next one
+                    self.offset = starts[min(k + (part - k) % parts, len(starts) - 1)]
+                    continue
+                stop = min(end, starts[k + 1], pos + n)
+            else:
+                k = pos // stripe
+                if k % parts != part:  # another partition's stripe: on to this partition's next one
+                    self.offset = (k + (part - k) % parts) * stripe
+                    continue
+                stop = min(end, (k + 1) * stripe, pos + n)
             self.offset = stop
             return batch.slice(pos - first, stop - pos)
 
@@ -302,15 +322,28 @@ class ParquetInput(InputOperator):
                 group += 1
             if group >= len(starts) - 1:
                 return None
-            self._batches = (starts[group], self._file.iter_batches(
-                batch_size=self.batch_rows * self._parts, row_groups=range(group, len(starts) - 1),
-                columns=self.columns, use_threads=False))
-        first, batches = self._batches
-        batch = next(batches, None)
-        if batch is None:
-            return None
-        self._batches = (first + batch.num_rows, batches)
-        return first, batch
+            self._batches = self._batches_from(group)
+        return next(self._batches, None)
+
+    def _batches_from(self, group: int) -> Any:
+        """(first row index, RecordBatch) of the row groups from ``group`` on: only this partition's with
+        row-group stripes, else all of them (in batches a stripe per partition long)."""
+        starts, columns = self._starts, self.columns
+        if self._group_stripes:
+            for g in range(group, len(starts) - 1):
+                if g % self._parts == self._part:
+                    first = starts[g]
+                    for batch in self._file.iter_batches(batch_size=self.batch_rows, row_groups=[g], columns=columns,
+                                                          use_threads=False):
+                        yield first, batch
+                        first += batch.num_rows
+            return
+        first = starts[group]
+        for batch in self._file.iter_batches(batch_size=self.batch_rows * self._parts,
+                                             row_groups=range(group, len(starts) - 1), columns=columns,
+                                             use_threads=False):
+            yield first, batch
+            first += batch.num_rows
 
     def _stamp(self, chunk: Any) -> Any:
         """The chunk without rows whose timestamp is null; the largest timestamp noted."""

@@ -79,16 +79,37 @@ def test_columns_and_arrow_batches(tmp_path):
     assert list(got[0]) == ["name", "id"]
 
 
+@pytest.mark.parametrize("stripe", ["row group", "batch_rows"])
 @pytest.mark.parametrize("parts", [2, 3])
-def test_partitions_take_turns_on_stripes_and_together_read_every_row_once(tmp_path, parts):
+def test_partitions_take_turns_on_stripes_and_together_read_every_row_once(tmp_path, monkeypatch, parts, stripe):
+    """Row groups of 333 rows are the stripes; groups above GROUP_STRIPE_ROWS rows, stripes of batch_rows."""
+    if stripe == "batch_rows":
+        monkeypatch.setattr(parquet_module, "GROUP_STRIPE_ROWS", 332)
     path, rows = write(tmp_path, 2000, row_group=333)
+    size = 333 if stripe == "row group" else 40
     seen = []
     for part in range(parts):
-        out = Run(path, part, parts, batch_rows=40).to_end().out
-        assert all((r["id"] // 40) % parts == part for r in out)
+        run = Run(path, part, parts, batch_rows=40)
+        out = run.to_end().out
+        assert all((r["id"] // size) % parts == part for r in out)
         assert [r["id"] for r in out] == sorted(r["id"] for r in out)
         seen += out
     assert sorted(seen, key=lambda r: r["id"]) == rows
+
+
+def test_a_partition_decodes_only_its_own_row_groups(tmp_path, monkeypatch):
+    path, rows = write(tmp_path, 2000, row_group=250)
+    decoded = []
+    real = pq.ParquetFile.iter_batches
+
+    def counting(self, *args, row_groups=None, **kwargs):
+        decoded.extend(row_groups)
+        return real(self, *args, row_groups=row_groups, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", counting)
+    out = Run(path, 1, 3, batch_rows=64).to_end().out
+    assert decoded == [1, 4, 7]
+    assert [r["id"] for r in out] == [i for i in range(2000) if (i // 250) % 3 == 1]
 
 
 def test_the_watermark_trails_the_largest_timestamp_by_the_bound(tmp_path):
@@ -103,9 +124,11 @@ def test_the_watermark_trails_the_largest_timestamp_by_the_bound(tmp_path):
     assert run.out == rows
 
 
-def test_a_restart_from_a_checkpoint_replays_exactly_the_rest(tmp_path):
+@pytest.mark.parametrize("group_stripe_rows", [parquet_module.GROUP_STRIPE_ROWS, 100])
+def test_a_restart_from_a_checkpoint_replays_exactly_the_rest(tmp_path, monkeypatch, group_stripe_rows):
+    monkeypatch.setattr(parquet_module, "GROUP_STRIPE_ROWS", group_stripe_rows)
     path, rows = write(tmp_path, 1500, row_group=256)
-    for parts in (1, 2):
+    for parts in (1, 2, 3):
         for part in range(parts):
             first = Run(path, part, parts, batch_rows=37, records_per_window=101, timestamp_field="ts")
             for _ in range(4):
