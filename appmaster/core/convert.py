@@ -119,7 +119,7 @@ def deploy_info(plan: PhysicalPlan, op: PTOperator, token: str, downstream: list
         d = info.inputs.add(port_name=inp.port, declared_stream_id=inp.stream,
                             source_node_id=inp.source_id, source_port_name=inp.source_port)
         d.stream_codecs[0] = inp.codec
-        if src.container == op.container:
+        if plan.is_inline(op, inp):
             d.locality = _LOCALITY["THREAD_LOCAL" if inp.locality == "THREAD_LOCAL" and op.kind == "OIO"
                                    else "CONTAINER_LOCAL"]
         else:
@@ -134,7 +134,7 @@ def deploy_info(plan: PhysicalPlan, op: PTOperator, token: str, downstream: list
     for port, stream in op.outputs.items():
         subscribers = [(d, i) for d in downstream
                        for i in plan.operators[d].inputs if i.source_id == op.id and i.source_port == port]
-        remote = any(plan.operators[d].container != op.container for d, _ in subscribers)
+        remote = any(not plan.is_inline(plan.operators[d], i) for d, i in subscribers)
         out = info.outputs.add(port_name=port, declared_stream_id=stream, remote=remote,
                                partition_mask=tag_masks[port])
         if remote:

@@ -195,15 +195,26 @@ def response(books: Books, container: PTContainer, interval: int, undeploy: list
 
 
 def deployable(books: Books, container: PTContainer) -> bool:
-    """All remote upstream buffer servers known (their containers are running)."""
+    """All remote upstream buffer servers known (their containers are running), and none of them still
+    holds windows of an upstream incarnation being replaced (its undeploy and publisher reset not yet
+    sent: a subscriber would read windows the new incarnation drops).
+
+    Not "the upstream operators deployed": a subscriber may come first (the buffer server keeps it
+    until its publisher publishes), and waiting for them would hang containers that feed each other
+    (a partitioned stream between partitions packed together by CONTAINERS_MAX_COUNT, or two locality
+    groups joined both ways): each would wait for the other's deploy.
+    """
     operators, containers = books.plan.operators, books.plan.containers
+    undeploy, resets = books.undeploy, books.resets
     for op_id in container.pending_deploy:
         for inp in operators[op_id].inputs:
             src = operators.get(inp.source_id)
             if src is None or src.container == container.id:
-                continue
+                continue  # in this container: running, or deployed in this answer after its resets
             upstream = containers.get(src.container or "")
-            if upstream is None or upstream.state != ContainerState.RUNNING or not upstream.buffer_server \
-                    or src.id in upstream.pending_deploy:
+            if upstream is None or upstream.state != ContainerState.RUNNING or not upstream.buffer_server:
+                return False
+            if (upstream.id in undeploy and src.id in undeploy[upstream.id]) or (
+                    upstream.id in resets and f"{src.id}.{inp.source_port}" in resets[upstream.id]):
                 return False
     return True

@@ -283,7 +283,10 @@ class PhysicalPlan:
         return cid
 
     def _place(self, links: Iterable[set[int]], max_containers: int | None) -> None:
-        """One container per locality group, merged down to ``max_containers``."""
+        """One container per locality group, merged down to ``max_containers`` (round robin: a
+        stage's partitions spread over the containers, beside the next stage's). Merged containers
+        feed each other both ways, and keyed streams run inside one: see :func:`_inline` and
+        :func:`stram.master.core.heartbeat.deployable`."""
         sets = _DisjointSets(self.operators)
         for link in links:
             first, *rest = sorted(link)
@@ -359,7 +362,7 @@ class PhysicalPlan:
         for op in ops.values():
             for inp in op.inputs:
                 source = ops.get(inp.source_id)
-                if source is not None and (source.container == op.container or (
+                if source is not None and (_inline(source, op, inp) or (
                         across_containers and not _reads_itself(source) and not _reads_itself(op))):
                     sets.join(inp.source_id, op.id)
         members: dict[int, set[int]] = {}
@@ -389,9 +392,9 @@ class PhysicalPlan:
         return group
 
     def is_inline(self, op: PTOperator, inp: PTInput) -> bool:
-        """Whether an input stays inside the container (no buffer server)."""
+        """Whether an input stays inside the container (no buffer server): see :func:`_inline`."""
         source = self.operators.get(inp.source_id)
-        return source is not None and source.container == op.container
+        return source is not None and _inline(source, op, inp)
 
     def output_mask(self, op_id: int, port: str, downstream: list[int] | None = None) -> int:
         """Tag mask of an output port's publisher: 0 when no subscriber is partitioned, else the
@@ -477,6 +480,18 @@ def unifier_class_name(op_cls: type) -> str:
     if unifier is None:
         return "stram.operator:PassThroughUnifier"
     return f"{unifier.__module__}:{unifier.__qualname__}"
+
+
+def _inline(source: PTOperator, op: PTOperator, inp: PTInput) -> bool:
+    """Whether ``op`` gets its input ``inp`` from ``source`` in its own process, not from a buffer server.
+
+    Only when both run in one container, and not even then for a partitioned input (an inline stream
+    hands over everything its source emits; the buffer server picks out the partition's keys) or for
+    an operator that reads its input streams itself (it reads them from a buffer server). Packing
+    (CONTAINERS_MAX_COUNT) puts such streams' ends in one container: they go through its own buffer
+    server, as across containers.
+    """
+    return source.container == op.container and not inp.partition_mask and not _reads_itself(op)
 
 
 def _reads_itself(op: PTOperator) -> bool:

@@ -73,7 +73,7 @@ def validate_state(books: Books) -> None:
             if src is None:
                 continue
             tags = src.publisher_masks.get(i.source_port)
-            if tags is not None and src.container != op.container and src.state in (
+            if tags is not None and not books.plan.is_inline(op, i) and src.state in (
                     OperatorState.ACTIVE, OperatorState.DEPLOYING):
                 assert not i.partition_mask & ~tags, (src.id, i.source_port, tags, op.id, i.partition_mask)
             consumer = op.id if op.kind == "UNIFIER" else op.name

@@ -257,8 +257,9 @@ def plan_scale(state: StateView, name: str, count: int) -> ScaleChange:
     up_unifiers = sorted({u for p in old_ids for u in plan.upstream(p)
                           if plan.operators[u].kind == "UNIFIER" and set(plan.downstream(u)) <= set(old_ids)})
     own_unifiers = sorted(op.id for op in plan.operators.values() if op.kind == "UNIFIER" and op.unifies == name)
-    for p in parts:
-        others = plan.inline_group(p.id) - {p.id} - set(up_unifiers)
+    for p in parts:  # (CONTAINERS_MAX_COUNT packs operators together, joined by streams or not)
+        others = set(plan.containers[p.container].operators if p.container in plan.containers else ()) \
+            - {p.id} - set(up_unifiers)
         if others:
             labels = ", ".join(plan.operators[o].label for o in sorted(others))
             raise ScaleRefused(f"partition {p.label} ({p.id}) of {name} shares container {p.container} with "
