@@ -65,7 +65,7 @@ class WindowedAggregate(EventTimeOperator):
     trigger: Optional[dict] = None
 
     transient = EventTimeOperator.transient + ("_spec", "_agg", "_fields", "_trig", "_lateness", "_heap",
-                                               "_fast_op", "_fast_value")
+                                               "_fast_op", "_fast_value", "_tumbling_fold")
 
     def __init__(self) -> None:
         super().__init__()
@@ -79,6 +79,7 @@ class WindowedAggregate(EventTimeOperator):
         self._spec: Optional[WindowSpec] = None
         self._heap: list = []
         self._fast_op: Optional[int] = None
+        self._tumbling_fold = False
 
     def held(self) -> int:
         """Accumulators of open windows (one per key and window) and open sessions."""
@@ -106,6 +107,8 @@ class WindowedAggregate(EventTimeOperator):
         fast = (not spec.processing and self._trig is None and agg.code in _FAST_OPS
                 and self._fields.key_field and self._fields.ts_field and (agg.code == "count" or agg.field))
         self._fast_op = _FAST_OPS[agg.code] if fast else None
+        self._tumbling_fold = (not fast and not spec.processing and not spec.session and self._trig is None
+                               and spec.slide == spec.size)
         self._fast_value = agg.value
         self._rebuild()
 
@@ -127,12 +130,57 @@ class WindowedAggregate(EventTimeOperator):
                 self._fast_tumbling_count(records, late)
             else:
                 self._fast(records, late)
+        elif self._tumbling_fold:
+            self._fold_tumbling(records, late)
         else:
             now = int(self._clock() * 1000)
             one = self._one
             for r in records:
                 one(r, late, now)
         self._emit(late=late)
+
+    def _fold_tumbling(self, records: list, late: list) -> None:
+        """Any aggregate in event-time tumbling windows without a trigger: :meth:`_one`'s steps in one loop
+        (each record is in one window; key and integer time read inline from dict fields)."""
+        spec, agg, fields = self._spec, self._agg, self._fields
+        size, origin = spec.size, spec.origin
+        limit = self.watermark - self._lateness
+        create, add, value = agg.create, agg.add, agg.value
+        numeric = agg.code in ("sum", "min", "max")
+        kf, tf = fields.key_field, fields.ts_field
+        inline = kf is not None and tf is not None
+        read, panes = self._read, self.panes
+        for r in records:
+            t = None
+            if inline:
+                try:
+                    k, t = r[kf], r[tf]
+                except (KeyError, TypeError, IndexError):
+                    pass
+            if t.__class__ is not int:
+                kt = read(fields, r)
+                if kt is None:
+                    continue
+                k, t = kt
+            v = r
+            if value is not None:
+                try:
+                    v = value(r)
+                except Exception as exc:  # noqa: BLE001 - a record without the value is dropped, not fatal
+                    self._bad("value", r, exc)
+                    continue
+            if numeric and v.__class__ not in _NUMBER:
+                self._bad("value", r, None)
+                continue
+            s = t - (t - origin) % size
+            if s + size <= limit:
+                late.append(r)
+                continue
+            d = panes.get(s)
+            if d is None:
+                d = panes[s] = {}
+            a = d.get(k, MISSING)
+            d[k] = add(create() if a is MISSING else a, v)
 
     def _fast(self, records: list, late: list) -> None:
         """Tumbling or sliding windows, count/sum/min/max of a field, key and time from fields."""
