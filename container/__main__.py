@@ -30,6 +30,7 @@ def main() -> int:
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     if os.environ.get("STRAM_HEAP_TUNE", "1") == "1":
         heap.tune()
+        heap.tune_gc()
     os.umask(0o077)  # checkpoints, write-ahead logs, logs: owner-only (a local output's files too)
     if os.environ.get("STRAM_HOLD") == "1" and not _wait_to_go():
         return 0

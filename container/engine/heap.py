@@ -1,4 +1,5 @@
-"""The container's C heap: keep the memory that big frames come and go in (glibc's ``mallopt``).
+"""The container's heaps: keep the memory that big frames come and go in (glibc's ``mallopt``), and
+collect cyclic garbage less often (:func:`tune_gc`).
 
 A buffer-server stream allocates and frees a frame of about a megabyte for every
 batch it publishes or receives (``stram.agent.engine.streams.FRAME_TARGET_BYTES``). glibc's
@@ -17,6 +18,7 @@ place) :func:`tune` does nothing.
 
 from __future__ import annotations
 
+import gc
 import logging
 
 log = logging.getLogger("stram.agent.engine.heap")
@@ -45,3 +47,19 @@ def tune() -> bool:
     if not taken:
         log.debug("the C library refused the heap thresholds; its defaults stay")
     return taken
+
+
+#: Allocations between young collections of the cyclic garbage collector in a container (Python's
+#: default: 700), and the collections of each generation between collections of the next.
+GC_THRESHOLDS = (50_000, 20, 100)
+
+
+def tune_gc() -> None:
+    """Collect cyclic garbage less often in this process (a container's).
+
+    Operators keep state of many small objects (a join's records, a window's accumulators): with
+    Python's defaults the collector scanned them again and again while they grew, a cost paid on
+    every allocation of a record (docs/performance.md has the figures).
+    Streaming code makes little cyclic garbage; reference counting frees the rest at once.
+    """
+    gc.set_threshold(*GC_THRESHOLDS)

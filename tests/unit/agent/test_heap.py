@@ -1,4 +1,5 @@
-"""stram.agent.engine.heap: an 8 MB block comes from the heap once the thresholds are set (glibc)."""
+"""stram.agent.engine.heap: an 8 MB block comes from the heap once the thresholds are set (glibc); the
+cyclic collector's thresholds."""
 
 from __future__ import annotations
 
@@ -43,3 +44,16 @@ def _mmapped_blocks(tune: bool) -> int:
 def test_an_8_mb_block_comes_from_the_heap_once_tuned():
     assert _mmapped_blocks(tune=False) == 1  # glibc's default: an mmap of its own
     assert _mmapped_blocks(tune=True) == 0
+
+
+def test_tune_gc_makes_collections_rarer():
+    import gc
+
+    from stram.agent.engine import heap
+    before = gc.get_threshold()
+    try:
+        heap.tune_gc()
+        assert gc.get_threshold() == heap.GC_THRESHOLDS
+        assert heap.GC_THRESHOLDS[0] > before[0] and heap.GC_THRESHOLDS[2] > before[2]
+    finally:
+        gc.set_threshold(*before)
