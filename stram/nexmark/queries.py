@@ -16,8 +16,8 @@ How each is built:
   bids by the auction's expiry at or above its reserve, then per auction a fold in a 1 ms window
   at ``expires`` (all pairs of an auction share that time, so it fires once the watermark passes
   the expiry) keeping the winner by the oracle's tie rules. q4 folds the winners per category in
-  one window spanning all time: ``sum // count``. With one partition (not shared) the steps after the
-  join run in its thread.
+  one window spanning all time: ``sum // count``. Not shared, the steps after the join run in its
+  thread, partition by partition (q4's average, keyed otherwise, with one partition only).
 * q5: a sliding count per auction (bids counted per auction and 2 s pane within each Arrow batch,
   those counts summed per window), then per window (keyed by its start, timed at its end - 1 ms in
   a tumbling window of the slide) the auctions with the top count.
@@ -291,10 +291,11 @@ def winning_bids(src: Sources, partitions: int, with_extra: bool) -> Stream:
     return winners
 
 
-def _chained(src: Sources, partitions: int) -> str | None:
-    """The locality of a keyed step after q4's and q9's join: in the join's thread when there is one
-    partition and no other query reads the stream (a process less, and the pairs are never serialized)."""
-    return "THREAD_LOCAL" if partitions == 1 and not src.shared else None
+def _chained(src: Sources, partitions: int, same_key: bool = True) -> str | None:
+    """The locality of a step after q4's and q9's join: in the thread of the step before it, partition
+    by partition, when no other query reads the stream (a process less, and the pairs are never
+    serialized), and when it is keyed like the join (``same_key``) or has one partition."""
+    return "THREAD_LOCAL" if not src.shared and (same_key or partitions == 1) else None
 
 
 def _can_win(pair: dict) -> bool:
@@ -316,7 +317,12 @@ def _rank(pair: dict) -> tuple:
 
 
 def _better(best: dict | None, pair: dict) -> dict:
-    return pair if best is None or _rank(pair) < _rank(best) else best
+    if best is None:
+        return pair
+    price, best_price = pair["right"]["price"], best["right"]["price"]
+    if price != best_price:  # most bids differ in price: the whole rank only for a tie
+        return pair if price > best_price else best
+    return pair if _rank(pair) < _rank(best) else best
 
 
 def _best(a: dict | None, b: dict | None) -> dict | None:
@@ -345,7 +351,8 @@ def q4(flow: Flow, data_dir: str, out_dir: str, partitions: int = 1, sources: So
     src = sources or Sources(flow, data_dir, partitions)
     winners = winning_bids(src, partitions, bool(src.shared))
     averages = winners.key_by(_category).window(windows.tumbling(ALL_TIME_MS), timestamp="window_start") \
-        .fold(_zero, _add_price, _sum_pairs, _floor_mean, name="q4_average", locality=_chained(src, partitions))
+        .fold(_zero, _add_price, _sum_pairs, _floor_mean, name="q4_average",
+              locality=_chained(src, partitions, same_key=False))
     _write(averages.map(_q4_row, name="q4_row", locality="THREAD_LOCAL"), out_dir, 1, "q4_out")
 
 
