@@ -146,6 +146,8 @@ class Node:
         self._high_watermark = MIN_WATERMARK
         self._sent_watermark = MIN_WATERMARK
         self._on_watermark = getattr(operator, "on_watermark", None)
+        #: An operator that wants each input port's own watermark too (a join bounding its state by it).
+        self._on_input_watermarks = getattr(operator, "on_input_watermarks", None)
         #: operators reading their own inputs checkpoint only when they say so
         self.self_checkpointing = getattr(type(operator), "external_inputs", False)
 
@@ -328,10 +330,16 @@ class Node:
 
     def _input_watermark(self) -> None:
         """A non-input node at a window's end: the minimum over its live sources that are not
-        idle (IDLE when all are); the operator hears of each advance."""
+        idle (IDLE when all are); the operator hears of each advance, and an operator with
+        ``on_input_watermarks`` of each port's own minimum first."""
         live = [self._source_watermarks[s] for s in self._active_sources]
         if not live:
             return
+        if self._on_input_watermarks is not None:
+            ports: dict[str, list[int]] = {}
+            for s in self._active_sources:
+                ports.setdefault(self.source_ports[s], []).append(self._source_watermarks[s])
+            self._on_input_watermarks({port: combine(marks) for port, marks in ports.items()})
         value = combine(live)
         if value == IDLE:
             self.watermark = IDLE

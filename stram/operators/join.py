@@ -13,7 +13,7 @@ import heapq
 from operator import itemgetter
 from typing import Any, Callable, Optional
 
-from stram.common.watermarks import MAX_WATERMARK
+from stram.common.watermarks import IDLE, MAX_WATERMARK, MIN_WATERMARK
 from stram.operator import InputPort, OperatorContext, OutputPort
 from stram.operators.windowing import EventTimeOperator, Fields, WindowSpec, fail
 
@@ -224,6 +224,12 @@ class IntervalJoin(_TwoSided):
     match, it goes out with right None), a right one until it passes r.ts - lower_ms + max(0, min(A,
     upper_ms)). With A = 0 and lower_ms = 0 a right record is dropped once the watermark passes it.
 
+    With A set, each side also goes by its own input's watermark (a record behind it broke its
+    stream's promise): a record is late when more than A behind it, and a record is kept only until
+    the other input's watermark shows no partner can come, not kept at all when it shows so on
+    arrival. A source far ahead of the other then costs the other side no state: its records pair
+    with what is held and go on.
+
     State: ``lefts`` (key -> {arrival: [ts, record, matched]}) and ``rights`` (key -> {arrival: [ts, record]}).
     Expiry: per side a FIFO of (expiry, arrival, key) for records that arrive in expiry order (the
     common case: a side's records in time order) and a heap for the others.
@@ -234,7 +240,7 @@ class IntervalJoin(_TwoSided):
     #: How far behind the watermark a record may be and still join (None: as long as it can match).
     allowed_lateness_ms: Optional[int] = None
 
-    transient = _TwoSided.transient + ("_heaps", "_fifos", "_horizons")
+    transient = _TwoSided.transient + ("_heaps", "_fifos", "_horizons", "_input_marks")
 
     def __init__(self) -> None:
         super().__init__()
@@ -244,6 +250,7 @@ class IntervalJoin(_TwoSided):
         self._heaps: tuple[list, list] = ([], [])
         self._fifos: tuple[collections.deque, collections.deque] = (collections.deque(), collections.deque())
         self._horizons = (0, 0)
+        self._input_marks = [MIN_WATERMARK, MIN_WATERMARK]   # each input's own watermark, with A set
 
     def held(self) -> int:
         """Records of both sides waiting for a partner: one expiry entry each (counted in O(1); the state
@@ -263,6 +270,29 @@ class IntervalJoin(_TwoSided):
         self._horizons = (upper, -lower) if lateness is None else (min(upper, lateness), min(-lower, lateness))
         self._rebuild()
 
+    def on_input_watermarks(self, marks: dict[str, int]) -> None:
+        """Each input's own watermark (the engine's, at a window's end): with A set, what the other side
+        holds for it may go sooner."""
+        if self.allowed_lateness_ms is None:
+            return
+        rose = False
+        for side, port in enumerate(("left", "right")):
+            mark = marks.get(port, IDLE)
+            if mark != IDLE and mark > self._input_marks[side]:
+                self._input_marks[side] = mark
+                rose = True
+        if rose:
+            self._expire(self.watermark)
+
+    def _marks(self) -> tuple[int, int]:
+        """The watermark each side's records are judged by: the operator's, or with A set the higher of it
+        and the side's own input's."""
+        wm = self.watermark
+        if self.allowed_lateness_ms is None:
+            return wm, wm
+        left, right = self._input_marks
+        return max(wm, left), max(wm, right)
+
     def _rebuild(self) -> None:
         """The expiry heaps (expiry ms, arrival, key) of both sides, from the state."""
         left_keep, right_keep = self._keep()
@@ -279,7 +309,9 @@ class IntervalJoin(_TwoSided):
         return self.upper_ms + max(0, right_horizon), -self.lower_ms + max(0, left_horizon)
 
     def _side(self, records: list, side: int) -> None:
-        fields, wm = self._fields[side], self.watermark
+        fields = self._fields[side]
+        marks = self._marks()
+        wm, theirs_wm = marks[side], marks[1 - side]
         lower, upper = self.lower_ms, self.upper_ms
         keep = self._keep()[side]
         horizon = self._horizons[side]
@@ -322,13 +354,17 @@ class IntervalJoin(_TwoSided):
                     entry = [t, r]
             else:
                 entry = [t, r, False] if side == 0 else [t, r]
+            due = t + keep
+            if due < theirs_wm:  # no partner can come any more: nothing to hold
+                if side == 0 and not entry[2] and self.how == "left":
+                    rows.append({"key": k, "left": r, "right": None})
+                continue
             n = self.arrivals
             self.arrivals += 1
             d = mine.get(k)
             if d is None:
                 d = mine[k] = {}
             d[n] = entry
-            due = t + keep
             if not fifo or fifo[-1][0] <= due:
                 fifo.append((due, n, k))
             else:
@@ -337,8 +373,10 @@ class IntervalJoin(_TwoSided):
 
     def _expire(self, watermark: int) -> None:
         rows = []
+        marks = self._marks()
         for side, state in ((0, self.lefts), (1, self.rights)):
             heap, fifo = self._heaps[side], self._fifos[side]
+            watermark = marks[1 - side]   # a side's records wait for partners from the other input
             while (fifo and fifo[0][0] < watermark) or (heap and heap[0][0] < watermark):
                 if fifo and fifo[0][0] < watermark and (not heap or fifo[0] < heap[0]):
                     _, n, k = fifo.popleft()

@@ -142,6 +142,42 @@ def test_interval_join_with_no_lateness_drops_a_right_record_once_the_watermark_
     assert held[0] <= 2 * R + 1 + 2 * B // step < upper // (2 * step) <= held[None]
 
 
+@pytest.mark.parametrize("ahead", ["left", "right"])
+def test_interval_join_with_a_lateness_goes_by_each_inputs_own_watermark(ahead):
+    """One input runs 200 ms ahead of the other (as a source with fewer rows does): with allowed lateness 0
+    the pairs are the oracle's, the lagging side's records are never held (the leading input's watermark
+    is past them on arrival), and a record behind its own input's watermark is late."""
+    rng = random.Random(11)
+    lower, upper = 0, 50
+    op = make(IntervalJoin, dict(fields(0), lower_ms=lower, upper_ms=upper, how="left", allowed_lateness_ms=0))
+    out, late = [], []
+    op.output.emit_batch, op.late.emit_batch = out.extend, late.extend
+    streams = {side: sorted(({"key": f"k{rng.randrange(5)}", "ts": rng.randrange(3000), "id": f"{side}{i}"}
+                             for i in range(400)), key=lambda r: r["ts"]) for side in SIDES}
+    lag = {"left": 0, "right": 0, ahead: 200}
+    marks = {side: -1 for side in SIDES}
+    held = []
+    for now in range(0, 3400, 40):
+        for side in SIDES:
+            batch = [r for r in streams[side] if marks[side] < r["ts"] <= now + lag[side]]
+            if batch:
+                getattr(op, f"process_{side}_batch")(batch)
+                marks[side] = batch[-1]["ts"]
+        op.on_input_watermarks(dict(marks))
+        op.on_watermark(min(marks.values()))
+        behind = "right" if ahead == "left" else "left"
+        if now + lag[ahead] < marks[ahead] + upper and now + lag[ahead] < 2900:   # the leader is ahead still
+            held.append(sum(len(d) for d in (op.rights if behind == "right" else op.lefts).values()))
+    op.on_input_watermarks({"left": MAX_WATERMARK, "right": MAX_WATERMARK})
+    op.on_watermark(MAX_WATERMARK)
+    items = [(side, r) for side in SIDES for r in streams[side]]
+    got = Counter((r["key"], r["left"]["id"], r["right"]["id"] if r["right"] is not None else None) for r in out)
+    assert got == interval_join_oracle(items, lower, upper, "left")
+    assert len(held) > 40 and max(held) == 0 and not late
+    op.process_left_batch([{"key": "k0", "ts": 10, "id": "behind"}])   # far behind the left input's watermark
+    assert [r["id"] for r in late] == ["behind"]
+
+
 def test_join_properties_and_partition_keys():
     with pytest.raises(FatalError, match="IntervalJoin op: property 'lower_ms'"):
         make(IntervalJoin, dict(fields(0), lower_ms=5, upper_ms=1))
