@@ -595,10 +595,12 @@ def test_stop_wakes_a_blocked_publisher():
     srv = BufferServer(TOKEN, memory_limit_mb=0.1)
     srv.start()
     errors = []
+    publishing = threading.Event()
 
     def publisher() -> None:
         pub = srv.publisher("p", 0)
         pub.begin_window(1)
+        publishing.set()
         try:
             for _ in range(10):
                 pub.payload(0, b"x" * 50_000)
@@ -607,7 +609,11 @@ def test_stop_wakes_a_blocked_publisher():
 
     t = threading.Thread(target=publisher)
     t.start()
-    time.sleep(0.1)
+    # stopped once the publisher is in (a fixed sleep let a loaded machine stop the server first)
+    assert publishing.wait(10)
+    deadline = time.monotonic() + 10
+    while srv.stats()["p"]["memory_bytes"] < 100_000 and time.monotonic() < deadline:
+        time.sleep(0.01)      # two payloads in: the third blocks on the memory bound
     srv.stop()
     t.join(3)
     assert not t.is_alive() and errors
