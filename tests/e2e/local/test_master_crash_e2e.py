@@ -33,7 +33,10 @@ def launch_slow(tmp_path, attempts: int) -> tuple[str, str]:
                              "-D", "STREAMING_WINDOW_SIZE_MILLIS=100", "-D", f"operators.reader.path={MOBY}",
                              "-D", "operators.reader.lines_per_window=2", "-D", f"operators.out.path={tmp_path / 'out'}")
     wait_until(lambda: running_operators(app_id) == 4, what="all operators running")
-    return app_id, stram_apps.find_app(app_id)["app_path"]
+    app_dir = stram_apps.find_app(app_id)["app_path"]
+    # the admin API answers (found through status.json) a moment before the master writes admin.json
+    wait_until(lambda: os.path.isfile(os.path.join(app_dir, apppath.ADMIN)), 30, what="admin.json")
+    return app_id, app_dir
 
 
 def read(app_dir: str, name: str) -> dict:

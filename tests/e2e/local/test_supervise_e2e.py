@@ -48,6 +48,10 @@ def read(app_id: str, name: str) -> dict:
 
 
 def master_pid(app_id: str) -> int:
+    """The running master's pid (its admin API answers, through status.json, a moment before it
+    writes admin.json: waits for the file)."""
+    path = os.path.join(app_dir(app_id), "admin.json")
+    wait_until(lambda: os.path.isfile(path), 30, what="admin.json")
     return read(app_id, "admin.json")["pid"]
 
 
