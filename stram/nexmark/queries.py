@@ -9,7 +9,8 @@ share its three sources (one application running several queries).
 
 How each is built:
 
-* q0, q1, q2: a source and, for q1/q2, one step on its Arrow batches (pyarrow compute).
+* q0, q1, q2: a source of Arrow batches and, for q1/q2, one step on them (pyarrow compute); the
+  writer encodes each batch's rows as JSON lines column by column.
 * q3: category-10 auctions and OR/ID/CA persons (selected on Arrow batches), an interval join by
   seller with bounds wider than any data set (an unwindowed join over bounded input).
 * q9 (and q4): auctions interval-joined with their bids (0 .. the longest auction), filtered to
@@ -149,9 +150,10 @@ def _write(stream: Stream, out_dir: str, partitions: int, name: str) -> None:
 def q0(flow: Flow, data_dir: str, out_dir: str, partitions: int = 1, sources: Sources | None = None) -> None:
     """Every bid, as it is."""
     src = sources or Sources(flow, data_dir, partitions)
-    bids = src.read("bid", BID_OUT)
     if src.shared:
-        bids = bids.map(_project_bid, name="q0_project", partitions=_parts(partitions))
+        bids = src.read("bid", BID_OUT).map(_project_bid, name="q0_project", partitions=_parts(partitions))
+    else:  # the Arrow batches as they are read: the writer encodes them column by column
+        bids = src.read("bid", BID_OUT, arrow=True)
     _write(bids, out_dir, partitions, "q0_out")
 
 
@@ -164,31 +166,31 @@ def q1(flow: Flow, data_dir: str, out_dir: str, partitions: int = 1, sources: So
     """Every bid with its price in euros: price * 908 / 1000 as a double (computed per Arrow batch)."""
     src = sources or Sources(flow, data_dir, partitions)
     bids = src.read("bid", BID_OUT, arrow=True)
-    euros = bids.flat_map(_to_euros, name="q1_euros", partitions=_parts(partitions), locality="THREAD_LOCAL")
+    euros = bids.map(_to_euros, name="q1_euros", partitions=_parts(partitions), locality="THREAD_LOCAL")
     _write(euros, out_dir, partitions, "q1_out")
 
 
-def _to_euros(batch: Any) -> list[dict]:
+def _to_euros(batch: Any) -> Any:
     import pyarrow as pa
     import pyarrow.compute as pc
     batch = batch.select(BID_OUT)
     # the integer product is exact in a double (prices < 2**53 / 908), so one rounding: Python's price * 908 / 1000
     price = pc.divide(pc.multiply(batch.column("price"), Q1_RATE_NUM).cast(pa.float64()), float(Q1_RATE_DEN))
-    return batch.set_column(BID_OUT.index("price"), "price", price).to_pylist()
+    return batch.set_column(BID_OUT.index("price"), "price", price)
 
 
 def q2(flow: Flow, data_dir: str, out_dir: str, partitions: int = 1, sources: Sources | None = None) -> None:
     """Auction and price of the bids on every 123rd auction (filtered per Arrow batch)."""
     src = sources or Sources(flow, data_dir, partitions)
     bids = src.read("bid", ["auction", "price"], arrow=True)
-    picked = bids.flat_map(_selected, name="q2_select", partitions=_parts(partitions), locality="THREAD_LOCAL")
+    picked = bids.map(_selected, name="q2_select", partitions=_parts(partitions), locality="THREAD_LOCAL")
     _write(picked, out_dir, partitions, "q2_out")
 
 
-def _selected(batch: Any) -> list[dict]:
+def _selected(batch: Any) -> Any:
     import pyarrow.compute as pc
     batch = batch.select(["auction", "price"])
-    return batch.filter(pc.equal(pc.modulo(batch.column("auction"), Q2_MODULUS), 0)).to_pylist()
+    return batch.filter(pc.equal(pc.modulo(batch.column("auction"), Q2_MODULUS), 0))
 
 
 # ---------------------------------------------------------------- q3: an unwindowed join
