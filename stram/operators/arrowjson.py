@@ -37,17 +37,22 @@ def json_lines(batch: Any, encode_value: Callable[[Any], bytes]) -> Any:
         names = batch.schema.names
     if not names:
         return pa.array(["{}\n"] * batch.num_rows, pa.string())
-    pieces: list[Any] = []
+    pieces: list[Any] = []   # literal texts and string arrays, in order, for one element-wise join
+    literal = "{"
     for i, name in enumerate(names):
-        key = orjson.dumps(str(name)).decode()
-        pieces.append(("{" if i == 0 else ",") + key + ":")
-        pieces.append(_column_text(batch.column(i), encode_value, pa, pc))
-    pieces.append("}\n")
+        literal += ("," if i else "") + orjson.dumps(str(name)).decode() + ":"
+        text, quoted = _column_text(batch.column(i), encode_value, pa, pc)
+        if quoted:  # the quotes go into the literals beside it: no pass of its own over the column
+            literal += '"'
+        pieces += [literal, text]
+        literal = '"' if quoted else ""
+    pieces.append(literal + "}\n")
     return pc.binary_join_element_wise(*pieces, "")
 
 
-def _column_text(col: Any, encode_value: Callable[[Any], bytes], pa: Any, pc: Any) -> Any:
-    """Each value of ``col`` as JSON text (a string array without nulls)."""
+def _column_text(col: Any, encode_value: Callable[[Any], bytes], pa: Any, pc: Any) -> tuple[Any, bool]:
+    """Each value of ``col`` as JSON text (a string array without nulls), or, ``True`` second, a
+    string column whose values need only quotes around them."""
     kind = col.type
     if pa.types.is_dictionary(kind):
         col = col.dictionary_decode()
@@ -56,20 +61,39 @@ def _column_text(col: Any, encode_value: Callable[[Any], bytes], pa: Any, pc: An
         text = pc.cast(col, pa.string())
     elif pa.types.is_floating(kind) and not pa.types.is_float16(kind):
         text = pc.cast(col, pa.string())
-        # a whole number reads back as an int without a ".0"; "nan" and "inf" are not JSON
-        text = pc.if_else(pc.match_substring_regex(text, r"[.e]"), text, pc.binary_join_element_wise(text, ".0", ""))
-        text = pc.if_else(pc.is_finite(col), text, "null")
-    elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        if pc.any(pc.match_substring_regex(col, r'["\\\x00-\x1f]')).as_py():
-            return _each(col, encode_value, pa)  # JSON's escapes: rare in data, left to the encoder
-        text = pc.binary_join_element_wise('"', col, '"', "")
-        if pa.types.is_large_string(kind):
-            text = text.cast(pa.string())
+        # a whole number is written without a fraction ("3", "1e+22"): without an exponent it would
+        # read back as an int, so it gets a ".0"; "nan" and "inf" are not JSON
+        whole = pc.equal(col, pc.floor(col))
+        if pc.any(whole).as_py():
+            bare = pc.and_(whole, pc.invert(pc.match_substring(text, "e")))
+            if pc.any(bare).as_py():
+                text = pc.replace_with_mask(text, bare, pc.binary_join_element_wise(pc.filter(text, bare), ".0", ""))
+        finite = pc.is_finite(col)
+        if not pc.all(finite).as_py():
+            text = pc.if_else(finite, text, "null")
+    elif (pa.types.is_string(kind) or pa.types.is_large_string(kind)) and not col.null_count \
+            and not _needs_escapes(col):
+        return (col.cast(pa.string()) if pa.types.is_large_string(kind) else col), True
     elif pa.types.is_null(kind):
-        return pa.array(["null"] * len(col), pa.string())
-    else:
-        return _each(col, encode_value, pa)
-    return text.fill_null("null") if text.null_count else text
+        return pa.array(["null"] * len(col), pa.string()), False
+    else:  # strings with nulls or JSON's escapes (rare in data), and every other type
+        return _each(col, encode_value, pa), False
+    return (text.fill_null("null") if text.null_count else text), False
+
+
+#: Every byte a JSON string holds as it is: not a control character, a quote or a backslash.
+_PLAIN = bytes(b for b in range(256) if b >= 0x20 and b not in b'"\\')
+
+
+def _needs_escapes(col: Any) -> bool:
+    """Whether a string column's values hold a byte JSON escapes (one pass over its characters)."""
+    import pyarrow as pa
+    _, offsets, data = col.buffers()[:3]
+    if data is None:
+        return False
+    ends = memoryview(offsets).cast("q" if pa.types.is_large_string(col.type) else "i")
+    first, last = ends[col.offset], ends[col.offset + len(col)]
+    return bool(memoryview(data)[first:last].tobytes().translate(None, _PLAIN))
 
 
 def _each(col: Any, encode_value: Callable[[Any], bytes], pa: Any) -> Any:
