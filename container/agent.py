@@ -25,7 +25,7 @@ import psutil
 
 from stram import wire as proto
 from stram.agent.bufferserver.server import BufferServer
-from stram.agent.engine import streams
+from stram.agent.engine import arrowprobe, streams
 from stram.agent.engine.node import QUEUE_CAPACITY, Node, NodeState
 from stram.agent.engine.streams import DirectSink, PublisherSink, QueueSink
 from stram.agent.umbilical import COMPLAIN_SECONDS, MasterGone, Umbilical  # noqa: F401 - re-exported
@@ -448,6 +448,7 @@ class Agent:
                 self.report_error([info.id], msg)
                 self.failed_deploys.update({i.id: msg for i in infos})
                 return
+        arrowprobe.settle()  # the operators' modules are imported: pyarrow need not import pandas
         for node, info in zip(created, infos):
             self.nodes[node.id] = node
         for node, info in zip(created, infos):
