@@ -14,7 +14,6 @@ import json
 import os
 import pathlib
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -108,11 +107,7 @@ def run_query(query: str, data_dir: str, out_dir: str, partitions: int = 1, defi
             f.write(spec.to_yaml())
         args = [a for d in defines for a in ("-D", d)]
         started = time.monotonic()
-        done = subprocess.run([sys.executable, "-m", "stram.client.cli", "launch", path, *args, "--detach"],
-                              capture_output=True, text=True)
-        if done.returncode != 0:
-            raise ValueError(f"stram launch refused the query: {done.stderr.strip() or done.stdout.strip()}")
-        app_id = done.stdout.strip().splitlines()[-1]
+        app_id = _launch_detached([path, *args])
         shown = 0.0
         while (app := find_app(app_id)).get("state") not in TERMINAL:
             time.sleep(poll_seconds)
@@ -131,6 +126,24 @@ def run_query(query: str, data_dir: str, out_dir: str, partitions: int = 1, defi
     if rate is not None:
         summary.update(rate=rate, sources=starts)
     return summary
+
+
+def _launch_detached(args: list[str]) -> str:
+    """``stram launch ARGS --detach`` in this process (no second interpreter to start); the application id."""
+    import contextlib
+    import io
+
+    from stram.client import cli
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = cli.main(["launch", *args, "--detach"])
+    except SystemExit as exc:  # argparse's own refusal
+        code = exc.code if isinstance(exc.code, int) else 2
+    lines = out.getvalue().strip().splitlines()
+    if code != 0 or not lines:
+        raise ValueError(f"stram launch refused the query: {err.getvalue().strip() or out.getvalue().strip()}")
+    return lines[-1]
 
 
 def format_summary(s: dict[str, Any]) -> str:

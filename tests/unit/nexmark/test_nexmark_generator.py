@@ -239,3 +239,16 @@ def test_an_interrupted_write_leaves_no_files(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         generator.write_dataset(str(tmp_path / "d"), 2000, GeneratorConfig(), progress=interrupt, batch_events=500)
     assert list((tmp_path / "d").iterdir()) == []
+
+
+@pytest.mark.parametrize("define, says", [("NOPE", "expected KEY=VALUE"),
+                                          ("STREAMING_WINDOW_SIZE_MILLIS=abc", "expected an integer > 0")])
+def test_run_says_why_stram_launch_refused_the_query(tmp_path, monkeypatch, define, says):
+    """The runner launches in its own process: launch's refusal comes back as its message, nothing launched."""
+    monkeypatch.setenv("STRAM_HOME", str(tmp_path / "home"))
+    data = tmp_path / "data"
+    generator.write_dataset(str(data), 200, GeneratorConfig())
+    with pytest.raises(SystemExit) as e:
+        main(["run", "q2", "--data", str(data), "--out", str(tmp_path / "o"), "-D", define])
+    assert "stram launch refused the query" in str(e.value) and says in str(e.value)
+    assert not (tmp_path / "home" / "apps").exists() or not list((tmp_path / "home" / "apps").iterdir())
