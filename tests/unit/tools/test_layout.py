@@ -153,7 +153,8 @@ def test_master_and_agent_never_import_each_other():
 
 def test_the_cli_side_is_imported_by_nobody_else():
     offenders = sorted(f"{m} imports {d}" for m, deps in _graph().items()
-                       if not m.startswith(("stram.client", "stram.__main__"))
+                       # the NEXMark runner is a command too: it launches through the CLI's own entry point
+                       if not m.startswith(("stram.client", "stram.__main__", "stram.nexmark.runner"))
                        for d in deps if d.startswith("stram.client"))
     assert offenders == []
     # and for real: the master's process imports nothing of the CLI side
