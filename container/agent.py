@@ -92,6 +92,8 @@ class Agent:
         self._reported_shutdown: set[int] = set()
         #: Last windows of upstream operators, for operators reading their inputs themselves.
         self.upstream_windows: dict[int, int] = {}
+        #: Watermark alignment: the ceiling of each aligned input operator here (stram.master.core.alignment).
+        self.watermark_ceilings: dict[int, int] = {}
         #: upstream operator id -> the last window of its stream, once it ended (from the master)
         self.ended_upstreams: dict[int, int] = {}
         self.committed = -1
@@ -332,6 +334,10 @@ class Agent:
         # replaced every time: upstream operators that were removed must disappear
         self.upstream_windows = dict(r.upstream_windows)
         self.ended_upstreams = dict(r.ended_upstreams)
+        if r.watermark_ceilings or self.watermark_ceilings:  # watermark alignment: each time, all of them
+            self.watermark_ceilings = dict(r.watermark_ceilings)
+            for op_id, node in self.nodes.items():
+                node.watermark_ceiling = self.watermark_ceilings.get(op_id)
         # Reported SHUTDOWN once (in the heartbeat this answers): not reported again.
         for op_id in list(self._reported_shutdown):
             self._reported_shutdown.discard(op_id)

@@ -43,10 +43,12 @@ def heartbeat_response(interval: int, committed: int, shutdown: bool = False, st
                        undeploy: Iterable[int] = (), resets: Iterable[str] = (),
                        node_requests: Iterable[tuple[int, str]] = (), upstream_windows: Mapping[int, int] | None = None,
                        ended_upstreams: Mapping[int, int] | None = None,
-                       deploys: Iterable[Any] = ()) -> proto.ContainerHeartbeatResponse:
+                       deploys: Iterable[Any] = (),
+                       watermark_ceilings: Mapping[int, int] | None = None) -> proto.ContainerHeartbeatResponse:
     """A ``ContainerHeartbeatResponse``: the interval to the next heartbeat, the committed window, and
     what the container must do (shut down, send its stack, undeploy or deploy operators (``deploys``:
-    :func:`deploy_info`'s), reset publishers, pass ``(operator id, request type)`` requests on)."""
+    :func:`deploy_info`'s), reset publishers, pass ``(operator id, request type)`` requests on;
+    ``watermark_ceilings``: :mod:`.alignment`'s)."""
     response = proto.ContainerHeartbeatResponse(heartbeat_interval_millis=interval, committed_window_id=committed)
     if shutdown:
         response.shutdown = True
@@ -65,6 +67,8 @@ def heartbeat_response(interval: int, committed: int, shutdown: bool = False, st
         response.ended_upstreams.update(ended_upstreams)
     if deploys:
         response.deploy_request.extend(deploys)
+    if watermark_ceilings:
+        response.watermark_ceilings.update(watermark_ceilings)
     return response
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from stram.master.core import convert
+from stram.master.core import alignment, convert
 from stram.master.core.books import Books
 from stram.master.core.changes import set_volatile
 from stram.master.core.deploy import asked_interval_millis, deploy_info
@@ -98,7 +98,7 @@ def handle_heartbeat(books: Books, ev: Heartbeat) -> list[Instruction]:
     process_shutdown_operators(books, now)
     if books.state == "RUNNING" and not books.plan.operators:
         finish(books, "SUCCEEDED", "all operators finished", now)
-    answer = response(books, container, interval, unplanned)
+    answer = response(books, container, interval, unplanned, now)
     instructions += maybe_finish(books)
     return [Reply(answer), *instructions]
 
@@ -145,7 +145,8 @@ def process_operator(books: Books, container: PTContainer, ohb: Any, now: int) -
     return []
 
 
-def response(books: Books, container: PTContainer, interval: int, undeploy: list[int] | None) -> Any:
+def response(books: Books, container: PTContainer, interval: int, undeploy: list[int] | None,
+             now: int | None = None) -> Any:
     """The ``ContainerHeartbeatResponse`` to ``container``: asking for the next heartbeat in ``interval``
     ms, undeploying ``undeploy`` (operators it reported that are not planned there) and what waits
     for it; shut down once the application ended or it has nothing left to run."""
@@ -191,7 +192,8 @@ def response(books: Books, container: PTContainer, interval: int, undeploy: list
     return convert.heartbeat_response(interval, books.committed, shutdown=shutdown, stack_trace_required=stack,
                                       undeploy=undeploy or (), resets=sorted(resets) if resets else (),
                                       node_requests=requests or (), upstream_windows=upstream_windows,
-                                      ended_upstreams=ended_upstreams, deploys=deploys or ())
+                                      ended_upstreams=ended_upstreams, deploys=deploys or (),
+                                      watermark_ceilings=alignment.ceilings(books, container.operators, now, interval))
 
 
 def deployable(books: Books, container: PTContainer) -> bool:

@@ -49,6 +49,8 @@ log = logging.getLogger("stram.agent.engine.node")
 
 #: An emit_tuples call that returns faster than this without output means "idle".
 IDLE_CALL_SECONDS = 50e-6
+#: How long an aligned input operator above its watermark ceiling sleeps before it looks again.
+ALIGNED_WAIT_SECONDS = 0.005
 #: Default bound of a node's input queue (:class:`stram.agent.engine.inbox.Inbox`), from the QUEUE_CAPACITY
 #: attribute: tuples, a control tuple counting one and an Arrow record batch its rows; a faster
 #: upstream waits until the queue is half drained. A bigger bound buys a little speed with memory
@@ -143,6 +145,10 @@ class Node:
         # last one sent downstream. All MIN_WATERMARK until some source declares one.
         self._source_watermarks: dict[int, int] = {}
         self.watermark = MIN_WATERMARK
+        #: An aligned input operator's ceiling from the master (None: unbounded): above it, it waits; until
+        #: the master's first word, past its first rows (its peers may not have started).
+        self.watermark_ceiling: int | None = MIN_WATERMARK if (
+            isinstance(operator, InputOperator) and context.attributes.get("WATERMARK_ALIGNMENT_GROUP")) else None
         self._high_watermark = MIN_WATERMARK
         self._sent_watermark = MIN_WATERMARK
         self._on_watermark = getattr(operator, "on_watermark", None)
@@ -379,6 +385,14 @@ class Node:
             self._begin_window(window_id)
             deadline = window_millis(window_id, size) + size
             while True:
+                ceiling = self.watermark_ceiling
+                if ceiling is not None and self._high_watermark > ceiling and self.watermark != IDLE:
+                    # aligned, and ahead of its group: the window closes empty (stram.master.core.alignment)
+                    now = time.time() * 1000
+                    if now >= deadline or self._stop:
+                        break
+                    time.sleep(min(ALIGNED_WAIT_SECONDS, (deadline - now) / 1000))
+                    continue
                 before = sum(len(o.batch) for o in outputs)
                 started = time.perf_counter()
                 op.emit_tuples()

@@ -365,6 +365,16 @@ ATTRIBUTES: dict[str, Attribute] = _table(
     Attribute("BUFFER_SPOOLING", Kind.BOOL, True,
               "Spill buffer-server windows to local disk beyond BUFFER_MEMORY_MB "
               "(false: block the publisher).", _DAG),
+    Attribute("WATERMARK_ALIGNMENT_GROUP", Kind.STR, None,
+              "Watermark alignment (Flink's): an input operator in a group pauses, emitting empty windows, "
+              "while its watermark is more than WATERMARK_MAX_DRIFT_MILLIS ahead of the lowest watermark of "
+              "the group's other input operators, so a source far ahead in event time (a join's faster "
+              "side) does not fill the state downstream (docs/event-time.md).", _OP,
+              nullable=True, null_means="not aligned"),
+    _int("WATERMARK_MAX_DRIFT_MILLIS", 10_000,
+         "Watermark alignment: how far, in event time, an input operator of a WATERMARK_ALIGNMENT_GROUP may "
+         "run ahead of the slowest other one of its group (as the master last heard from them).", _DAG_OP,
+         minimum=0),
     _int("CONTAINERS_MAX_COUNT", None, "Most containers the application may hold: operators are "
          "packed into this many (MAX_CONTAINERS refuses instead).", _DAG, null_means="no limit"),
     _int("MAX_CONTAINERS", 2000, "Most containers a plan may need (after CONTAINERS_MAX_COUNT's "

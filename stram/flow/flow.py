@@ -58,19 +58,22 @@ class Flow:
 
     # -- sources ------------------------------------------------------------------
     def _source(self, kind: str, class_name: str, properties: dict[str, Any], name: Any, partitions: Any,
-                event_time: str | None, outputs: tuple[str, ...] = ("output",), port: str = "output") -> Stream:
+                event_time: str | None, outputs: tuple[str, ...] = ("output",), port: str = "output",
+                align: str | None = None, max_drift_ms: int | None = None) -> Stream:
         step = Step(kind=kind, class_name=class_name, properties=properties, outputs=outputs, name=check_name(name),
-                    partitions=check_partitions(partitions), event_time=event_time)
+                    partitions=check_partitions(partitions), event_time=event_time,
+                    attributes=_alignment(kind, event_time, align, max_drift_ms))
         self.add_step(step)
         return Stream(self, step, port)
 
     def read_jsonl(self, path: str, timestamp_field: str | None = None, out_of_orderness_ms: int = 0,
                    records_per_window: int | None = None, idle_timeout_ms: int | None = None, partitions: int = 1,
-                   *, name: Any = None) -> Stream:
+                   *, name: Any = None, align: str | None = None, max_drift_ms: int | None = None) -> Stream:
         """The JSON objects of a file or a directory's files, one per line
         (``stram.operators.io:JsonLinesReader``). With ``timestamp_field`` the records' event time is that field
         (epoch ms) and the watermark trails the largest seen by ``out_of_orderness_ms``; windows downstream
-        use it."""
+        use it. ``align``: a watermark alignment group; the source pauses while its watermark is more than
+        ``max_drift_ms`` (WATERMARK_MAX_DRIFT_MILLIS) ahead of the slowest other source of the group."""
         props: dict[str, Any] = {"path": path}
         if timestamp_field is not None:
             props["timestamp_field"] = timestamp_field
@@ -81,18 +84,19 @@ class Flow:
         if idle_timeout_ms is not None:
             props["idle_timeout_ms"] = idle_timeout_ms
         return self._source("read_jsonl", "stram.operators.io:JsonLinesReader", props, name, partitions,
-                            timestamp_field)
+                            timestamp_field, align=align, max_drift_ms=max_drift_ms)
 
     def read_parquet(self, path: str, timestamp_field: str | None = None, out_of_orderness_ms: int = 0,
                      columns: list[str] | None = None, records_per_window: int | None = None,
                      batch_rows: int | None = None, arrow: bool = False, partitions: int = 1, *,
-                     name: Any = None, rate: float | None = None, start_report: str | None = None) -> Stream:
+                     name: Any = None, rate: float | None = None, start_report: str | None = None,
+                     align: str | None = None, max_drift_ms: int | None = None) -> Stream:
         """The rows of a Parquet file as dicts (``stram.operators.parquet:ParquetInput``), only ``columns``
         if given; with ``arrow=True`` as ``pyarrow.RecordBatch`` objects of ``batch_rows`` rows instead (an
         Arrow stream). ``timestamp_field`` and ``out_of_orderness_ms`` as for :meth:`read_jsonl`; partition
         ``i`` of ``partitions`` reads stripes ``i``, ``i + partitions``, ... of ``batch_rows`` rows. ``rate``:
         replayed at that many rows per second of wall time (``start_report``: where each partition notes
-        when it started; see the operator)."""
+        when it started; see the operator). ``align`` and ``max_drift_ms`` as for :meth:`read_jsonl`."""
         props: dict[str, Any] = {"path": path}
         if timestamp_field is not None:
             props["timestamp_field"] = timestamp_field
@@ -113,7 +117,8 @@ class Flow:
         if start_report is not None:
             props["start_report"] = start_report
         return self._source("read_parquet", "stram.operators.parquet:ParquetInput", props, name, partitions,
-                            timestamp_field, outputs=("output", "batches"), port="batches" if arrow else "output")
+                            timestamp_field, outputs=("output", "batches"), port="batches" if arrow else "output",
+                            align=align, max_drift_ms=max_drift_ms)
 
     def read_lines(self, path: str, lines_per_window: int | None = None, *, name: Any = None) -> Stream:
         """Each line of a file, without its newline (``stram.operators.io:LineReader``)."""
@@ -173,3 +178,21 @@ class Flow:
         """
         from stram.master.spec import AppSpec
         return AppSpec.from_dict(self.to_spec(), source=source or f"<flow {self.name}>", overrides=overrides)
+
+
+def _alignment(kind: str, event_time: str | None, align: Any, max_drift_ms: Any) -> dict[str, Any]:
+    """A source's watermark-alignment attributes (``stram.master.core.alignment``)."""
+    if align is None:
+        if max_drift_ms is not None:
+            raise FlowError(f"{kind}: max_drift_ms goes with align (the source's watermark alignment group)")
+        return {}
+    if not isinstance(align, str) or not align:
+        raise FlowError(f"{kind}: align takes the name of a watermark alignment group, got {align!r:.60}")
+    if event_time is None:
+        raise FlowError(f"{kind}: align needs event time: give timestamp_field too")
+    out: dict[str, Any] = {"WATERMARK_ALIGNMENT_GROUP": align}
+    if max_drift_ms is not None:
+        if isinstance(max_drift_ms, bool) or not isinstance(max_drift_ms, int) or max_drift_ms < 0:
+            raise FlowError(f"{kind}: max_drift_ms takes milliseconds >= 0, got {max_drift_ms!r:.60}")
+        out["WATERMARK_MAX_DRIFT_MILLIS"] = max_drift_ms
+    return out

@@ -71,6 +71,8 @@ class Step:
         For a source, the record field holding its event time (None: it declares none); for a step
         whose ``output`` records carry no source's field, :data:`OPAQUE`; None for the rest, which
         pass their input's event time through.
+    attributes:
+        Its operator attributes (``attributes:`` under the operator in a spec).
     """
 
     kind: str
@@ -81,6 +83,7 @@ class Step:
     name: str | None = None
     partitions: int | None = None
     event_time: str | None = None
+    attributes: dict[str, Any] = field(default_factory=dict)
     #: Its place in the flow (creation order).
     index: int = 0
 
@@ -216,6 +219,8 @@ def compile_spec(name: str, attributes: dict[str, Any], description: str, steps:
             entry["properties"] = _plain(step.properties)
         if step.partitions not in (None, 1):
             entry["partitions"] = step.partitions
+        if step.attributes:
+            entry["attributes"] = dict(step.attributes)
         operators[names[step.index]] = entry
     # streams: one per read output port, ordered by source step, then by the order ports were first read
     readers: dict[tuple[int, str], list[tuple[str, str | None, str]]] = {}

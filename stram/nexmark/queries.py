@@ -64,6 +64,12 @@ UNBOUNDED_MS = 1 << 50
 ALL_TIME_MS = 1 << 52
 #: Rows per source batch.
 BATCH_ROWS = 4096
+#: The sources' watermark alignment group: a kind read faster in event time (auctions, persons) waits
+#: for the others (bids) instead of filling a join's state (stram.master.core.alignment).
+ALIGNMENT_GROUP = "nexmark"
+#: How far ahead in event time one may run: well beyond what the slowest covers between two heartbeats
+#: (a bid source covers about 30 s of event time a second), so that it is never held back itself.
+MAX_DRIFT_MS = 60_000
 
 
 class Sources:
@@ -133,7 +139,8 @@ class Sources:
         return self.flow.read_parquet(self.path(kind), timestamp_field=TIME if timed else None,
                                       out_of_orderness_ms=OUT_OF_ORDERNESS_MS, columns=columns, batch_rows=BATCH_ROWS,
                                       arrow=arrow, partitions=self.partitions, name=name, rate=self.kind_rate(kind),
-                                      start_report=self.start_report if self.rate is not None else None)
+                                      start_report=self.start_report if self.rate is not None else None,
+                                      align=ALIGNMENT_GROUP if timed else None, max_drift_ms=MAX_DRIFT_MS if timed else None)
 
 
 def _parts(partitions: int) -> int | None:

@@ -11,7 +11,7 @@ import time
 from stram.agent.bufferserver.server import BufferServer
 from stram.agent.engine.node import Node, NodeState
 from stram.agent.engine.streams import PublisherSink, QueueSink, subscribe
-from stram.common.watermarks import IDLE, MAX_WATERMARK
+from stram.common.watermarks import IDLE, MAX_WATERMARK, MIN_WATERMARK
 from stram.common.windows import initial_window
 from stram.operator import InputOperator, InputPort, Operator, OperatorContext, OutputPort, ShutdownException
 from stram.operators import io
@@ -212,3 +212,57 @@ def test_watermarks_cross_a_buffer_server_to_every_partition(tmp_path):
         assert rec.calls[-1][0] == MAX_WATERMARK and len(rec.calls) > 3
         for watermark, high in rec.calls[:-1]:
             assert watermark <= max(max(high.values()), 0)
+
+
+class Clock(InputOperator):
+    """Emits one record a call with ts = 10 * i and a watermark at it, `count` of them, then ends."""
+
+    output = OutputPort()
+    transient = ("_context",)
+
+    def __init__(self, count: int) -> None:
+        self.count, self.sent = count, 0
+
+    def setup(self, context: OperatorContext) -> None:
+        self._context = context
+
+    def emit_tuples(self) -> None:
+        if self.sent >= self.count:
+            self._context.emit_watermark(MAX_WATERMARK)
+            raise ShutdownException("done")
+        self.output.emit({"src": "c", "ts": 10 * self.sent})
+        self._context.emit_watermark(10 * self.sent)
+        self.sent += 1
+
+
+def test_an_aligned_source_waits_at_its_ceiling_closing_windows_empty_until_it_rises():
+    start = initial_window(int(time.time() * 1000))
+    clock = Clock(500)
+    ctx = OperatorContext(id=1, name="clock", streaming_window_size_millis=20,
+                          attributes={"PROCESSING_MODE": "AT_LEAST_ONCE", "WATERMARK_ALIGNMENT_GROUP": "g"})
+    source = Node(1, "clock", clock, ctx, "INPUT", start, 1000, None)
+    assert source.watermark_ceiling == MIN_WATERMARK  # until the master's first word: its first rows only
+    rec = Recorder()
+    sink = node(2, rec, "GENERIC", start)
+    source.outputs["output"].add_sink(QueueSink(sink, sink.add_source("input")))
+    sink.start()
+    source.start()
+    try:
+        deadline = time.monotonic() + 10
+        while clock.sent < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        assert clock.sent == 1  # held after its first row
+        source.watermark_ceiling = 995
+        while clock.sent < 101 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        windows = sink.current_window
+        time.sleep(0.3)
+        assert clock.sent == 101  # emitted up to ts 1000, the first past the ceiling, then waits
+        assert sink.current_window > windows  # windows go on, empty, while it waits
+        source.watermark_ceiling = None  # the master: unbounded now
+        assert sink.stopped.wait(10)
+    finally:
+        source.stop(1)
+        sink.stop(1)
+    assert [r["ts"] for r in rec.seen] == [10 * i for i in range(500)]

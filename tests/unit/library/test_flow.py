@@ -490,3 +490,19 @@ def test_yarn_dry_run_ships_the_compiled_spec(tmp_path, capsys):
     spec = AppSpec.from_yaml(shipped)
     assert spec.name == "byvalue" and spec.operators["read_lines"].properties["path"] == "hdfs:///in.txt"
     assert pickled.loads(spec.operators["flat_map"].properties["fn"])("the big bad wolf") == ["big", "bad", "wolf"]
+
+
+def test_sources_in_an_alignment_group_compile_to_its_attributes():
+    flow = Flow("joined")
+    a = flow.read_parquet("a.parquet", timestamp_field="t", align="g", max_drift_ms=5000, name="a")
+    b = flow.read_jsonl("b", timestamp_field="t", align="g", name="b")
+    a.key_by("k").interval_join(b.key_by("k"), 0, 10).write_jsonl("out")
+    spec = flow.compile()
+    assert spec.operators["a"].attributes == {"WATERMARK_ALIGNMENT_GROUP": "g", "WATERMARK_MAX_DRIFT_MILLIS": 5000}
+    assert spec.operators["b"].attributes == {"WATERMARK_ALIGNMENT_GROUP": "g"}
+    with pytest.raises(FlowError, match="align needs event time"):
+        flow.read_jsonl("c", align="g")
+    with pytest.raises(FlowError, match="max_drift_ms goes with align"):
+        flow.read_jsonl("c", timestamp_field="t", max_drift_ms=5)
+    with pytest.raises(FlowError, match="milliseconds >= 0"):
+        flow.read_jsonl("c", timestamp_field="t", align="g", max_drift_ms=-1)
