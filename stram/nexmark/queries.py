@@ -64,8 +64,9 @@ UNBOUNDED_MS = 1 << 50
 ALL_TIME_MS = 1 << 52
 #: Rows per source batch.
 BATCH_ROWS = 4096
-#: The sources' watermark alignment group: a kind read faster in event time (auctions, persons) waits
-#: for the others (bids) instead of filling a join's state (stram.master.core.alignment).
+#: q4/q9's sources' watermark alignment group: the auctions, read faster in event time, wait for the
+#: bids instead of filling the join's state (stram.master.core.alignment). Not for q3 (its join keeps
+#: everything anyway) nor q8 (both its sources are fast: pausing at the heartbeats' pace costs more).
 ALIGNMENT_GROUP = "nexmark"
 #: How far ahead in event time one may run: well beyond what the slowest covers between two heartbeats
 #: (a bid source covers about 30 s of event time a second), so that it is never held back itself.
@@ -106,13 +107,15 @@ class Sources:
     def path(self, kind: str) -> str:
         return os.path.join(self.data_dir, f"{kind}.parquet")
 
-    def read(self, kind: str, columns: list[str], arrow: bool = False, by: str | None = None) -> Stream:
+    def read(self, kind: str, columns: list[str], arrow: bool = False, by: str | None = None,
+             aligned: bool = False) -> Stream:
         """``kind``'s records (dicts, or Arrow batches) with at least ``columns`` (exactly them unless shared),
         for a reader partitioned by the field ``by`` (None: not partitioned by key)."""
         if not self.shared:
             key = (kind, arrow, tuple(columns))
             if key not in self.made:
-                self.made[key] = self._source(kind, columns, arrow, f"{kind}_{len(self.made)}" if self.made else kind)
+                self.made[key] = self._source(kind, columns, arrow, f"{kind}_{len(self.made)}" if self.made else kind,
+                                              aligned)
             return self.made[key]
         made = self.made.setdefault((kind, arrow), [])
         for entry in made:
@@ -134,13 +137,14 @@ class Sources:
         rows = {k: pq.ParquetFile(self.path(k)).metadata.num_rows for k in ("person", "auction", "bid")}
         return self.rate * rows[kind] / max(sum(rows.values()), 1) or None
 
-    def _source(self, kind: str, columns: list[str] | None, arrow: bool, name: str) -> Stream:
+    def _source(self, kind: str, columns: list[str] | None, arrow: bool, name: str, aligned: bool = False) -> Stream:
         timed = columns is None or TIME in columns
         return self.flow.read_parquet(self.path(kind), timestamp_field=TIME if timed else None,
                                       out_of_orderness_ms=OUT_OF_ORDERNESS_MS, columns=columns, batch_rows=BATCH_ROWS,
                                       arrow=arrow, partitions=self.partitions, name=name, rate=self.kind_rate(kind),
                                       start_report=self.start_report if self.rate is not None else None,
-                                      align=ALIGNMENT_GROUP if timed else None, max_drift_ms=MAX_DRIFT_MS if timed else None)
+                                      align=ALIGNMENT_GROUP if aligned and timed else None,
+                                      max_drift_ms=MAX_DRIFT_MS if aligned and timed else None)
 
 
 def _parts(partitions: int) -> int | None:
@@ -283,8 +287,8 @@ def winning_bids(src: Sources, partitions: int, with_extra: bool) -> Stream:
     p = _parts(partitions)
     auction_cols = AUCTION_FIELDS if with_extra else ["id", "reserve", TIME, "expires", "category"]
     bid_cols = ["auction", "bidder", "price", TIME] + (["extra"] if with_extra else [])
-    auctions = src.read("auction", auction_cols, by="id")
-    bids = src.read("bid", bid_cols, by="auction")
+    auctions = src.read("auction", auction_cols, by="id", aligned=True)
+    bids = src.read("bid", bid_cols, by="auction", aligned=True)
     tag = "q9" if with_extra else "q4"
     # a bid pairs with its auction when it comes at or after the auction's start and at most the longest
     # auction later: every possible winner. The sources are in time order, so no record is ever behind
