@@ -37,11 +37,11 @@ from typing import Any, Callable
 from stram.agent.engine.batch import batch_handler
 from stram.agent.engine.inbox import Inbox
 from stram.agent.engine.messages import (BEGIN_WINDOW, CHECKPOINT, DATA, END_STREAM, END_WINDOW, WATERMARK,
-                                        message_weight)
+                                         message_weight)
 from stram.agent.engine.streams import PortOutput
 from stram.common import fs, space
-from stram.common.watermarks import IDLE, MIN_WATERMARK, combine
 from stram.common.attributes import default as attribute_default
+from stram.common.watermarks import IDLE, MIN_WATERMARK, combine
 from stram.common.windows import is_checkpoint_window, window_millis
 from stram.operator import FatalError, InputOperator, Operator, OperatorContext, ShutdownException, output_ports
 

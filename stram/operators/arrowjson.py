@@ -27,8 +27,8 @@ def json_lines(batch: Any, encode_value: Callable[[Any], bytes]) -> Any:
     if batch.num_rows > SLICE_ROWS:
         return pa.concat_arrays([json_lines(batch.slice(i, SLICE_ROWS), encode_value)
                                  for i in range(0, batch.num_rows, SLICE_ROWS)])
-    import pyarrow.compute as pc
     import orjson
+    import pyarrow.compute as pc
     names = batch.schema.names
     if len(set(names)) != len(names):  # as a dict would hold it: the last column of a name wins
         last = {name: i for i, name in enumerate(names)}

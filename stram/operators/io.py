@@ -13,9 +13,9 @@ import orjson
 
 from stram.common import destinations, fs, space
 from stram.common.watermarks import IDLE, MAX_WATERMARK
-from stram.operators import arrowjson
 from stram.operator import (FatalError, InputOperator, InputPort, Operator, OperatorContext, OutputPort,
                             ShutdownException)
+from stram.operators import arrowjson
 
 log = logging.getLogger("stram.operators.io")
 
