@@ -6,10 +6,12 @@ waits in the join's state until the other catches up: all of it, when it reads t
 Flink bounds this by pausing a source whose watermark is more than a drift ahead of its group's
 lowest. Here the master, which hears every operator's watermark in the heartbeats, answers each
 container with a ceiling per aligned input operator: the lowest watermark of the *other* live
-members of its group plus its ``WATERMARK_MAX_DRIFT_MILLIS``. Leaving the operator itself out keeps
-the slowest member from being paused by its own stale report; a member that shut down, or that has
-no watermark yet (or an idle or final one), holds nobody back. The container's engine stops calling
-the operator's ``emit_tuples`` while its watermark is above its ceiling, closing windows empty.
+members of its group, each carried forward at its pace to the next heartbeat, plus its
+``WATERMARK_MAX_DRIFT_MILLIS``. Leaving the operator itself out keeps the slowest member from being
+paused by its own stale report; a member that shut down, is idle or reached the end of time holds
+nobody back, and one with no watermark yet holds the others at their first rows. The container's
+engine stops calling the operator's ``emit_tuples`` while its watermark is above its ceiling,
+closing windows empty.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ __all__ = ["GROUP", "DRIFT", "ceilings", "groups"]
 
 GROUP = "WATERMARK_ALIGNMENT_GROUP"
 DRIFT = "WATERMARK_MAX_DRIFT_MILLIS"
-_NO_BOUND = (None, MIN_WATERMARK, IDLE, MAX_WATERMARK)
+#: A member's watermark that holds nobody back: idle, or the end of its input.
+_UNBOUNDING = (IDLE, MAX_WATERMARK)
 #: The longest wall time a member's watermark is carried forward from its last report.
 AHEAD_MS = 5_000
 
@@ -32,7 +35,7 @@ def groups(books: Any) -> dict[str, list[int]]:
     """The plan's aligned input operators by group (kept while the plan's operators stay the same)."""
     operators = books.plan.operators
     key = (id(books.plan), len(operators), next(reversed(operators), None) if operators else None)
-    cached = getattr(books, "alignment_groups", None)
+    cached = books.alignment_groups
     if cached is not None and cached[0] == key:
         return cached[1]
     found: dict[str, list[int]] = {}
@@ -67,11 +70,13 @@ def ceilings(books: Any, op_ids: Iterable[int], now: int | None = None, ahead_ms
             other = operators.get(other_id)
             if other_id == op_id or other is None or other.state == OperatorState.SHUTDOWN:
                 continue
-            mark = _estimate(books, other_id, now, ahead_ms)
-            if mark is None:
-                waiting = waiting or _not_started(books, other_id)
-            elif lowest is None or mark < lowest:
-                lowest = mark
+            seen = books.window_history.get(other_id)
+            mark = seen.watermark if seen is not None else None
+            if mark is None or mark == MIN_WATERMARK:
+                waiting = True
+            elif mark not in _UNBOUNDING:
+                mark = _estimate(books, other_id, mark, now, ahead_ms)
+                lowest = mark if lowest is None else min(lowest, mark)
         if waiting:  # a peer has no watermark yet: its first one sets the pace
             out[op_id] = MIN_WATERMARK
         elif lowest is not None:
@@ -81,24 +86,13 @@ def ceilings(books: Any, op_ids: Iterable[int], now: int | None = None, ahead_ms
     return out
 
 
-def _not_started(books: Any, op_id: int) -> bool:
-    seen = books.window_history.get(op_id)
-    return seen is None or seen.watermark in (None, MIN_WATERMARK)
-
-
-def _estimate(books: Any, op_id: int, now: int | None, ahead_ms: int = 0) -> int | None:
-    """An operator's watermark ``ahead_ms`` after ``now``: its last reported one plus its pace (event ms
-    per wall ms, from its last two changes of watermark) times the time since (at most
-    :data:`AHEAD_MS`); None when it has none that bounds (no watermark yet, idle, or at the end of time)."""
-    seen = books.window_history.get(op_id)
-    mark = seen.watermark if seen is not None else None
-    if mark in _NO_BOUND:
-        return None
+def _estimate(books: Any, op_id: int, mark: int, now: int | None, ahead_ms: int = 0) -> int:
+    """Where an operator's watermark ``mark``, its last reported one, will be ``ahead_ms`` after ``now``:
+    plus its pace (event ms per wall ms, between its last two changes of watermark) times the time since
+    (at most :data:`AHEAD_MS`)."""
     if now is None:
         return mark
-    paces = getattr(books, "alignment_paces", None)
-    if paces is None:
-        paces = books.alignment_paces = {}
+    paces = books.alignment_paces
     last = paces.get(op_id)
     if last is None or mark < last[0]:
         paces[op_id] = (mark, now, 0.0)

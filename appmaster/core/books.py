@@ -158,6 +158,10 @@ class Books:
         #: (plan, its shape's key, its downstream map), kept while the plan's shape stays
         #: (:func:`stram.master.core.deploy.downstream_map`).
         self.downstream_cache: tuple[PhysicalPlan, tuple, dict[int, list[int]]] | None = None
+        #: Watermark alignment (:mod:`stram.master.core.alignment`): (the plan's key, aligned input operators
+        #: by group), and per operator (its last watermark, when it was seen, event ms per wall ms since).
+        self.alignment_groups: tuple[tuple, dict[str, list[int]]] | None = None
+        self.alignment_paces: dict[int, tuple[int, int, float]] = {}
 
     def attr(self, name: str) -> Any:
         """A DAG attribute; its default for one an older master's journal does not hold."""

@@ -21,7 +21,8 @@ def books(*ops, marks=None):
             attrs["WATERMARK_MAX_DRIFT_MILLIS"] = drift
         operators[op_id] = SimpleNamespace(id=op_id, kind=kind, attributes=attrs, state=OperatorState.ACTIVE)
     history = {op_id: SimpleNamespace(watermark=mark) for op_id, mark in (marks or {}).items()}
-    return SimpleNamespace(plan=SimpleNamespace(operators=operators), window_history=history)
+    return SimpleNamespace(plan=SimpleNamespace(operators=operators), window_history=history, alignment_groups=None,
+                           alignment_paces={})
 
 
 def test_the_one_ahead_is_bounded_by_the_slowest_other_and_the_slowest_by_nobody():
