@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 from stram.flow import Flow, Stream, windows
 
-__all__ = ["QUERIES", "Sources", "add_query", "q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q9", "q11",
+__all__ = ["PACKED", "QUERIES", "Sources", "add_query", "q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q9", "q11",
            "longest_auction_ms", "scan_longest_auction"]
 
 # The suite's constants, as the oracle has them (not imported from it: the containers that run these
@@ -71,6 +71,12 @@ ALIGNMENT_GROUP = "nexmark"
 #: How far ahead in event time one may run: well beyond what the slowest covers between two heartbeats
 #: (a bid source covers about 30 s of event time a second), so that it is never held back itself.
 MAX_DRIFT_MS = 60_000
+#: Queries whose operators share one container per partition (``CONTAINERS_MAX_COUNT`` = partitions, as
+#: Flink's slot sharing puts one parallel instance of every operator in a slot): their steps are pyarrow
+#: compute or a join's hash lookups, so a second process per stage costs more (its start, and every row
+#: serialized between the two) than the core it adds. q5 and q11 keep a container per stage: each has
+#: two Python stages worth a core each. ``-D CONTAINERS_MAX_COUNT=...`` overrides it.
+PACKED = frozenset({"q0", "q1", "q2", "q3", "q4", "q7", "q8", "q9"})
 
 
 class Sources:
@@ -584,7 +590,8 @@ QUERIES: dict[str, Callable[..., None]] = {
 
 def add_query(query: str, flow: Flow, data_dir: str, out_dir: str, partitions: int = 1,
               sources: Sources | None = None) -> None:
-    """Add ``query`` to ``flow`` (its results under ``out_dir``).
+    """Add ``query`` to ``flow`` (its results under ``out_dir``), in one container per partition if it is
+    one of :data:`PACKED` (unless ``sources`` are shared, or ``flow`` already limits its containers).
 
     Raises
     ------
@@ -593,4 +600,6 @@ def add_query(query: str, flow: Flow, data_dir: str, out_dir: str, partitions: i
     """
     if query not in QUERIES:
         raise ValueError(f"unknown query {query!r}; stram runs {', '.join(QUERIES)}")
+    if query in PACKED and not (sources and sources.shared):
+        flow.attributes.setdefault("CONTAINERS_MAX_COUNT", partitions)
     QUERIES[query](flow, data_dir, out_dir, partitions, sources)
