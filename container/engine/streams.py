@@ -191,8 +191,12 @@ class PortOutput:
         self.sinks: list[Sink] = []
         self.batch: list = []
         self.tuples = 0  # tuples flushed in the current window
-        #: Tuples per batch before a mid-window flush (record batches are big: fewer).
-        self.batch_limit = ARROW_BATCH_SIZE if getattr(bound_port, "codec", "pickle") == "arrow" else BATCH_SIZE
+        #: Tuples per batch before a mid-window flush: ARROW_BATCH_SIZE for record batches (big ones: a
+        #: thousand slices would pin their row groups), BATCH_SIZE for records. Until the first flush
+        #: shows which the port emits (a step on Arrow batches may have a port of any codec), the lower.
+        self.batch_limit = ARROW_BATCH_SIZE
+        #: Whether the limit still waits for the first flush to tell (no Arrow codec on the port or a sink).
+        self._sniff = getattr(bound_port, "codec", "pickle") != "arrow"
         self._bind()
 
     def _bind(self) -> None:
@@ -203,10 +207,15 @@ class PortOutput:
         self.sinks.append(sink)
         if getattr(getattr(sink, "codec", None), "name", "") == "arrow":
             self.batch_limit = ARROW_BATCH_SIZE
+            self._sniff = False
 
     def flush(self) -> None:
         batch = self.batch
         if batch:
+            if self._sniff:
+                self._sniff = False
+                if not _is_arrow(batch[0]):
+                    self.batch_limit = BATCH_SIZE
             self.tuples += len(batch)
             self.batch = []
             self._bind()
@@ -217,6 +226,11 @@ class PortOutput:
         self.flush()
         for sink in self.sinks:
             sink.control(kind, window_id)
+
+
+def _is_arrow(item: Any) -> bool:
+    """Whether ``item`` is a pyarrow RecordBatch or Table (by type name: pyarrow may not be loaded)."""
+    return type(item).__name__ in ("RecordBatch", "Table") and type(item).__module__.startswith("pyarrow")
 
 
 # ---------------------------------------------------------------- the subscribe side

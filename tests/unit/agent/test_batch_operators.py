@@ -20,7 +20,8 @@ from stram.agent.engine.batch import batch_handler, has_batch_handler
 from stram.agent.engine.node import Node, NodeState
 from stram.agent.engine.streams import DirectSink, QueueSink
 from stram.common.windows import initial_window
-from stram.operator import InputPort, Operator, OperatorContext, OutputPort, PassThroughUnifier
+from stram.operator import (InputOperator, InputPort, Operator, OperatorContext, OutputPort, PassThroughUnifier,
+                            ShutdownException)
 from stram.operators import io
 from stram.operators.aggregate import KeyCounter
 from stram.operators.text import WordSplitter
@@ -375,3 +376,67 @@ def test_a_container_local_stream_holds_a_bounded_number_of_tuples(tmp_path):
         for x in nodes:
             x.stop(1)
     assert gate.seen == n
+
+
+class Emitter(InputOperator):
+    """Emits its items one per call on a port of the default codec, then shuts down."""
+
+    output = OutputPort()
+
+    def __init__(self, items: list) -> None:
+        self.items = list(items)
+
+    def emit_tuples(self) -> None:
+        if not self.items:
+            raise ShutdownException("done")
+        self.output.emit(self.items.pop(0))
+
+
+class Calls(Operator):
+    """Passes what it gets on and notes the length of every batch handed to it."""
+
+    input = InputPort()
+    output = OutputPort()
+
+    def __init__(self) -> None:
+        self.lengths: list[int] = []
+
+    def process_batch(self, items: list) -> None:
+        self.lengths.append(len(items))
+        self.output.emit_batch(items)
+
+
+@pytest.mark.parametrize("arrow", [True, False], ids=["record-batches", "records"])
+def test_a_port_emitting_record_batches_flushes_a_few_at_a_time_whatever_its_codec(arrow):
+    """emitter ═THREAD_LOCAL═▶ first ═THREAD_LOCAL═▶ second, in windows of a second: a port of the
+    pickle codec that emits Arrow record batches hands them on at most ARROW_BATCH_SIZE at a time (a
+    step on batches must not hold a thousand, each pinning its row group, until the window ends),
+    while one emitting records keeps batches of up to BATCH_SIZE."""
+    import pyarrow as pa
+
+    from stram.agent.engine.streams import ARROW_BATCH_SIZE
+    n = 600
+    items = [pa.record_batch({"x": [i, -i]}) if arrow else {"x": i} for i in range(n)]
+    first, second = Calls(), Calls()
+    start = initial_window(int(time.time() * 1000))
+
+    def slow_node(op_id: int, op: Operator, kind: str) -> Node:
+        ctx = OperatorContext(id=op_id, name=f"op{op_id}", streaming_window_size_millis=1000,
+                              attributes={"PROCESSING_MODE": "AT_LEAST_ONCE"})
+        return Node(op_id, ctx.name, op, ctx, kind, start, 1000, None)
+    nodes = [slow_node(1, Emitter(items), "INPUT"), slow_node(2, first, "OIO"), slow_node(3, second, "OIO")]
+    for up, down in zip(nodes, nodes[1:]):
+        down.inline = True
+        up.outputs["output"].add_sink(DirectSink(down, down.add_source("input")))
+    for x in reversed(nodes):
+        x.start()
+    try:
+        assert nodes[0].stopped.wait(60)
+    finally:
+        for x in nodes:
+            x.stop(1)
+    assert sum(second.lengths) == sum(first.lengths) == n
+    if arrow:
+        assert max(first.lengths + second.lengths) <= ARROW_BATCH_SIZE
+    else:
+        assert max(first.lengths) > ARROW_BATCH_SIZE and max(second.lengths) > ARROW_BATCH_SIZE
