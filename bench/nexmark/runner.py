@@ -50,6 +50,7 @@ class Run:
     peak_rss: int
     ok: bool
     detail: str = ""       # WRONG: why; FAILED: the error's tail
+    peak_pss: int = 0
 
 
 @dataclasses.dataclass
@@ -60,10 +61,26 @@ class Measured:
     returncode: int
     stdout: str
     stderr: str
+    peak_pss: int = 0
+
+
+def pss(pid: int) -> int:
+    """``pid``'s proportional set size in bytes (each shared page counted as its share among the processes
+    mapping it, so summed over processes it counts a shared library once, where RSS counts it per
+    process); 0 where the kernel does not tell (no ``smaps_rollup``)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def measure(cmd: list[str], cwd: str, env: dict | None = None) -> Measured:
-    """Run ``cmd`` to its end, sampling its process tree; stdout and stderr kept (in files, so no pipe fills).
+    """Run ``cmd`` to its end, sampling its process tree (CPU, and the peaks of RSS and PSS summed over the
+    tree); stdout and stderr kept (in files, so no pipe fills).
 
     The tree is the process's descendants and every process that inherited its TREE_MARK environment
     variable: a local ``stram launch --detach`` starts the master and its containers in a session of their
@@ -76,7 +93,7 @@ def measure(cmd: list[str], cwd: str, env: dict | None = None) -> Measured:
         started = time.perf_counter()
         proc = psutil.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
         cpu_seen: dict[int, float] = {}
-        peak = 0
+        peak = peak_pss = 0
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
@@ -93,16 +110,17 @@ def measure(cmd: list[str], cwd: str, env: dict | None = None) -> Measured:
                 tree = {p.pid: p for p in [proc] + proc.children(recursive=True)}
             except psutil.Error:
                 tree = {}
-            rss = 0
+            rss = shared = 0
             for p in {**marked, **tree}.values():
                 try:
                     with p.oneshot():
                         t = p.cpu_times()
                         cpu_seen[p.pid] = t.user + t.system
                         rss += p.memory_info().rss
+                    shared += pss(p.pid)
                 except psutil.Error:
                     pass
-            peak = max(peak, rss)
+            peak, peak_pss = max(peak, rss), max(peak_pss, shared)
             time.sleep(SAMPLE_S)
         wall = time.perf_counter() - started
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -110,7 +128,7 @@ def measure(cmd: list[str], cwd: str, env: dict | None = None) -> Measured:
         out.seek(0)
         err.seek(0)
         return Measured(wall, cpu, peak, proc.returncode, out.read().decode(errors="replace"),
-                        err.read().decode(errors="replace"))
+                        err.read().decode(errors="replace"), peak_pss)
 
 
 def dataset(events: int, seed: int, data: str | None) -> tuple[str, int]:
@@ -200,10 +218,12 @@ class Matrix:
             m = measure(self.command(system, query, out), cwd)
             if m.returncode != 0:
                 tail = " / ".join(line.strip() for line in m.stderr.strip().splitlines()[-3:])
-                return Run(m.wall, m.cpu, m.peak_rss, False, f"FAILED (exit {m.returncode}): {tail[-400:]}")
+                return Run(m.wall, m.cpu, m.peak_rss, False, f"FAILED (exit {m.returncode}): {tail[-400:]}",
+                           m.peak_pss)
             suffix = ".jsonl" if system.startswith("stram") else ""
             verdict = check.check(out, expected, TIMESTAMPS.get(system, ()), suffix=suffix)
-            return Run(m.wall, m.cpu, m.peak_rss, verdict.ok, "" if verdict.ok else f"WRONG: {verdict.detail}")
+            return Run(m.wall, m.cpu, m.peak_rss, verdict.ok, "" if verdict.ok else f"WRONG: {verdict.detail}",
+                       m.peak_pss)
         finally:
             shutil.rmtree(out, ignore_errors=True)
 
@@ -217,14 +237,15 @@ def summary(system: str, runs: list[Run], events: int, ref: float | None) -> str
     rate = statistics.median(events / r.wall for r in runs)
     ratio = f"{rate / ref:9.2f}x" if ref else f"{'-':>10}"
     return (f"{name} {rate:>12,.0f} {statistics.median(r.wall for r in runs):>8.2f} "
-            f"{statistics.median(r.cpu for r in runs):>8.2f} {max(r.peak_rss for r in runs) / 2**20:>8.0f} {ratio}")
+            f"{statistics.median(r.cpu for r in runs):>8.2f} {max(r.peak_rss for r in runs) / 2**20:>8.0f} "
+            f"{max(r.peak_pss for r in runs) / 2**20:>8.0f} {ratio}")
 
 
 def table(query: str, results: dict[str, list[Run]], events: int, skipped: dict[str, str]) -> list[str]:
     ref_runs = results.get("stram1") or []
     ref = statistics.median(events / r.wall for r in ref_runs) if ref_runs and all(r.ok for r in ref_runs) else None
     lines = [f"{query}: {events:,} events, {max((len(r) for r in results.values()), default=0)} run(s); medians",
-             f"{'system':<35} {'events/s':>12} {'wall s':>8} {'CPU s':>8} {'peak MB':>8} {'vs stram1':>10}"]
+             f"{'system':<35} {'events/s':>12} {'wall s':>8} {'CPU s':>8} {'RSS MB':>8} {'PSS MB':>8} {'vs stram1':>10}"]
     for system, runs in results.items():
         lines.append(summary(system, runs, events, ref))
     for system, why in skipped.items():

@@ -8,7 +8,9 @@ first kind and report every one of the second WRONG, and the matrix must print W
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import subprocess
 import sys
 import textwrap
 
@@ -165,7 +167,29 @@ def test_measure_finds_detached_processes(tmp_path):
             f"time.sleep(1.0); pathlib.Path({str(release)!r}).write_text('1')")
     m = runner.measure([sys.executable, "-c", root], str(tmp_path))
     assert m.returncode == 0 and held.exists()
-    assert m.peak_rss > 200 * 2**20
+    assert m.peak_rss > 200 * 2**20 and m.peak_pss > 200 * 2**20
+
+
+def test_pss_counts_pages_shared_by_the_tree_once(tmp_path):
+    # two children map one 128 MiB file and read every page: each has it all in its RSS, and half in its PSS
+    path, ready = tmp_path / "shared.bin", tmp_path / "ready"
+    block = bytes(range(256)) * 4096
+    path.write_bytes(block * 128)   # written out, not a hole (a hole may read as the zero page)
+    child = (f"import mmap, pathlib, time\nf = open({str(path)!r}, 'rb'); m = mmap.mmap(f.fileno(), 0, "
+             f"access=mmap.ACCESS_READ)\nsum(m[i] for i in range(0, len(m), 4096))\n"
+             f"pathlib.Path({str(ready)!r} + str(__import__('os').getpid())).write_text('1'); time.sleep(1.5)")
+    root = (f"import subprocess, sys; ps = [subprocess.Popen([sys.executable, '-c', {child!r}]) for _ in range(2)]\n"
+            "[p.wait() for p in ps]")
+    m = runner.measure([sys.executable, "-c", root], str(tmp_path))
+    assert m.returncode == 0 and len(list(tmp_path.glob("ready*"))) == 2
+    assert m.peak_rss > 256 * 2**20                            # the file's pages twice
+    assert 128 * 2**20 < m.peak_pss < m.peak_rss - 100 * 2**20  # once, and the interpreters' own
+
+
+def test_pss_of_a_process_gone_is_zero():
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    assert runner.pss(dead.pid) == 0 and runner.pss(os.getpid()) > 0
 
 
 def test_latency_counts_from_the_sources_schedule_and_the_last_source_to_pass(data):
