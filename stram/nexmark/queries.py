@@ -71,12 +71,13 @@ ALIGNMENT_GROUP = "nexmark"
 #: How far ahead in event time one may run: well beyond what the slowest covers between two heartbeats
 #: (a bid source covers about 30 s of event time a second), so that it is never held back itself.
 MAX_DRIFT_MS = 60_000
-#: Queries whose operators share one container per partition (``CONTAINERS_MAX_COUNT`` = partitions, as
-#: Flink's slot sharing puts one parallel instance of every operator in a slot): their steps are pyarrow
-#: compute or a join's hash lookups, so a second process per stage costs more (its start, and every row
-#: serialized between the two) than the core it adds. q5 and q11 keep a container per stage: each has
-#: two Python stages worth a core each. ``-D CONTAINERS_MAX_COUNT=...`` overrides it.
-PACKED = frozenset({"q0", "q1", "q2", "q3", "q4", "q7", "q8", "q9"})
+#: A query's operators share one container per partition (``CONTAINERS_MAX_COUNT`` = partitions), as
+#: Flink's slot sharing puts one parallel instance of every operator in a slot: most steps are pyarrow
+#: compute or a join's hash lookups, so a process per stage costs more (its start, and every row
+#: serialized between two processes) than the core it adds. q5 and q11, with two Python stages each,
+#: run as fast either way, or 12% slower, on far less CPU and memory (docs/nexmark.md, "Containers").
+#: ``-D CONTAINERS_MAX_COUNT=null`` gives a container per stage.
+PACKED = frozenset({"q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q9", "q11"})
 
 
 class Sources:
