@@ -398,6 +398,7 @@ class Agent:
         if node is None:
             return
         node.stop(teardown=False)  # nothing it does reaches a stream after this
+        self._link_aligned()
         if node.state == NodeState.SHUTDOWN:  # ended, its end not yet reported: its last windows are final
             self._tell_committed(node)
         self._await_teardown(op_id)
@@ -459,10 +460,22 @@ class Agent:
             self.nodes[node.id] = node
         for node, info in zip(created, infos):
             self._wire(node, info)
+        self._link_aligned()
         for node in sorted(created, key=lambda n: not n.inline):
             node.start()
         self.log("deployed " + ", ".join(f"{n.id} ({n.name}) from window {n.current_window:x}"
                                          for n in created))
+
+    def _link_aligned(self) -> None:
+        """Give each aligned input operator the members of its group deployed here (watermark alignment
+        between them is local: :meth:`Node._local_ceiling`; the master's ceilings cover the others)."""
+        groups: dict[str, list[Node]] = {}
+        for node in self.nodes.values():
+            if node.align_group:
+                groups.setdefault(node.align_group, []).append(node)
+        for members in groups.values():
+            for node in members:
+                node.align_peers = [m for m in members if m is not node]
 
     def _create(self, info: proto.OperatorDeployInfo) -> Node:
         ctx = self.context

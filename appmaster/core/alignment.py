@@ -12,6 +12,11 @@ paused by its own stale report; a member that shut down, is idle or reached the 
 nobody back, and one with no watermark yet holds the others at their first rows. The container's
 engine stops calling the operator's ``emit_tuples`` while its watermark is above its ceiling,
 closing windows empty.
+
+Members in the same container are left out of each other's ceilings here: the container bounds them
+by one another itself, by the same rules, from their current watermarks at every call
+(``Node._local_ceiling``), instead of at the heartbeats' pace (a second of wall time, in which a
+NEXMark bid source covers about 30 s of event time). The tighter of the two ceilings holds.
 """
 
 from __future__ import annotations
@@ -68,7 +73,8 @@ def ceilings(books: Any, op_ids: Iterable[int], now: int | None = None, ahead_ms
         lowest, waiting = None, False
         for other_id in members.get(str(group), ()):
             other = operators.get(other_id)
-            if other_id == op_id or other is None or other.state == OperatorState.SHUTDOWN:
+            if other_id == op_id or other is None or other.state == OperatorState.SHUTDOWN or (
+                    op.container and other.container == op.container):  # beside it: the container aligns them
                 continue
             seen = books.window_history.get(other_id)
             mark = seen.watermark if seen is not None else None

@@ -41,7 +41,7 @@ from stram.agent.engine.messages import (BEGIN_WINDOW, CHECKPOINT, DATA, END_STR
 from stram.agent.engine.streams import PortOutput
 from stram.common import fs, space
 from stram.common.attributes import default as attribute_default
-from stram.common.watermarks import IDLE, MIN_WATERMARK, combine
+from stram.common.watermarks import IDLE, MAX_WATERMARK, MIN_WATERMARK, combine
 from stram.common.windows import is_checkpoint_window, window_millis
 from stram.operator import FatalError, InputOperator, Operator, OperatorContext, ShutdownException, output_ports
 
@@ -147,8 +147,14 @@ class Node:
         self.watermark = MIN_WATERMARK
         #: An aligned input operator's ceiling from the master (None: unbounded): above it, it waits; until
         #: the master's first word, past its first rows (its peers may not have started).
-        self.watermark_ceiling: int | None = MIN_WATERMARK if (
-            isinstance(operator, InputOperator) and context.attributes.get("WATERMARK_ALIGNMENT_GROUP")) else None
+        group = context.attributes.get("WATERMARK_ALIGNMENT_GROUP") if isinstance(operator, InputOperator) else None
+        self.watermark_ceiling: int | None = MIN_WATERMARK if group else None
+        #: An aligned input operator's group, and the members of it deployed in this container beside it
+        #: (set by the agent): their watermarks bound this one's here, at every call, where the master's
+        #: ceiling, which leaves them out, comes at the heartbeats' pace.
+        self.align_group: str | None = str(group) if group else None
+        self.align_peers: list[Node] = []
+        self._align_drift = int(context.attributes.get("WATERMARK_MAX_DRIFT_MILLIS") or 0)
         self._high_watermark = MIN_WATERMARK
         self._sent_watermark = MIN_WATERMARK
         self._on_watermark = getattr(operator, "on_watermark", None)
@@ -324,6 +330,21 @@ class Node:
         self.operator.checkpointed(window_id)
         return (int((time.time() - start) * 1000), int(start * 1000), len(data))
 
+    def _local_ceiling(self) -> int | None:
+        """The ceiling the aligned members beside this one set (None: they bound nothing): the lowest of
+        their watermarks plus the drift, by the master's rules (one that ended, stopped or is idle holds
+        nobody back; one without a watermark yet holds the others at their first rows)."""
+        lowest = None
+        for peer in self.align_peers:
+            mark = peer.watermark
+            if peer._stop or peer.state != NodeState.ACTIVE or mark == IDLE or mark == MAX_WATERMARK:
+                continue
+            if mark == MIN_WATERMARK:
+                return MIN_WATERMARK
+            if lowest is None or mark < lowest:
+                lowest = mark
+        return None if lowest is None else lowest + self._align_drift
+
     def emit_watermark(self, value: int) -> None:
         """An input operator's watermark for the rest of this window: monotone; IDLE until the
         operator declares a value again."""
@@ -386,6 +407,10 @@ class Node:
             deadline = window_millis(window_id, size) + size
             while True:
                 ceiling = self.watermark_ceiling
+                if self.align_peers:
+                    local = self._local_ceiling()
+                    if local is not None and (ceiling is None or local < ceiling):
+                        ceiling = local
                 if ceiling is not None and self._high_watermark > ceiling and self.watermark != IDLE:
                     # aligned, and ahead of its group: the window closes empty (stram.master.core.alignment)
                     now = time.time() * 1000

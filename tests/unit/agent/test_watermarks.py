@@ -266,3 +266,58 @@ def test_an_aligned_source_waits_at_its_ceiling_closing_windows_empty_until_it_r
         source.stop(1)
         sink.stop(1)
     assert [r["ts"] for r in rec.seen] == [10 * i for i in range(500)]
+
+
+class Stepper(Clock):
+    """A Clock with its own event-time step per record and wall-time delay per call."""
+
+    def __init__(self, count: int, step: int, delay: float = 0.0) -> None:
+        super().__init__(count)
+        self.step, self.delay = step, delay
+
+    def emit_tuples(self) -> None:
+        if self.sent >= self.count:
+            self._context.emit_watermark(MAX_WATERMARK)
+            raise ShutdownException("done")
+        if self.delay:
+            time.sleep(self.delay)
+        self.output.emit({"src": self.step, "ts": self.step * self.sent})
+        self._context.emit_watermark(self.step * self.sent)
+        self.sent += 1
+
+
+def test_aligned_sources_in_one_container_hold_each_other_at_every_call():
+    """Two members of a group side by side, the master's ceiling unbounded (it leaves them to the
+    container): the one covering event time fast keeps within the drift of the slow one at every
+    moment, and runs on alone once the slow one has ended."""
+    drift, fast_step = 300, 100
+    start = initial_window(int(time.time() * 1000))
+    slow_clock, fast_clock = Stepper(150, 10, delay=0.002), Stepper(400, fast_step)
+    attrs = {"PROCESSING_MODE": "AT_LEAST_ONCE", "WATERMARK_ALIGNMENT_GROUP": "g", "WATERMARK_MAX_DRIFT_MILLIS": drift}
+    slow, fast = (Node(i, f"s{i}", c, OperatorContext(id=i, name=f"s{i}", streaming_window_size_millis=20,
+                                                      attributes=attrs), "INPUT", start, 1000, None)
+                  for i, c in ((1, slow_clock), (2, fast_clock)))
+    slow.align_peers, fast.align_peers = [fast], [slow]
+    slow.watermark_ceiling = fast.watermark_ceiling = None   # the master: nothing remote bounds them
+    rec = Recorder()
+    sink = node(3, rec, "GENERIC", start)
+    for s in (slow, fast):
+        s.outputs["output"].add_sink(QueueSink(sink, sink.add_source("input")))
+    ahead = []
+    for x in (sink, slow, fast):
+        x.start()
+    try:
+        while not slow.stopped.is_set():
+            high = fast._high_watermark            # read first: the slow one's can only have risen since
+            mark = slow.watermark
+            if mark not in (MIN_WATERMARK, MAX_WATERMARK):
+                ahead.append(high - mark)
+            time.sleep(0.001)
+        assert sink.stopped.wait(10)
+    finally:
+        for x in (slow, fast, sink):
+            x.stop(1)
+    assert len(ahead) > 50 and max(ahead) <= drift + fast_step and max(ahead) >= drift // 2
+    assert fast_clock.sent == 400    # on alone after the slow one ended
+    assert sorted(r["ts"] for r in rec.seen if r["src"] == fast_step) == [fast_step * i for i in range(400)]
+    assert [r["ts"] for r in rec.seen if r["src"] == 10] == [10 * i for i in range(150)]

@@ -13,13 +13,14 @@ from stram.master.core.plan import OperatorState
 T0 = 1_700_000_000_000
 
 
-def books(*ops, marks=None):
+def books(*ops, marks=None, containers=None):
     operators = {}
     for op_id, group, kind, drift in ops:
         attrs = {"WATERMARK_ALIGNMENT_GROUP": group} if group else {}
         if drift is not None:
             attrs["WATERMARK_MAX_DRIFT_MILLIS"] = drift
-        operators[op_id] = SimpleNamespace(id=op_id, kind=kind, attributes=attrs, state=OperatorState.ACTIVE)
+        operators[op_id] = SimpleNamespace(id=op_id, kind=kind, attributes=attrs, state=OperatorState.ACTIVE,
+                                           container=(containers or {}).get(op_id, f"container_{op_id:06d}"))
     history = {op_id: SimpleNamespace(watermark=mark) for op_id, mark in (marks or {}).items()}
     return SimpleNamespace(plan=SimpleNamespace(operators=operators), window_history=history, alignment_groups=None,
                            alignment_paces={})
@@ -74,5 +75,17 @@ def test_the_group_map_follows_the_plan():
     b = books((1, "g", "INPUT", 0), marks={1: T0})
     assert alignment.groups(b) == {"g": [1]}
     b.plan.operators[2] = SimpleNamespace(id=2, kind="INPUT", attributes={"WATERMARK_ALIGNMENT_GROUP": "g"},
-                                          state=OperatorState.ACTIVE)
+                                          state=OperatorState.ACTIVE, container="container_000002")
     assert alignment.groups(b) == {"g": [1, 2]}
+
+
+def test_members_in_one_container_are_left_to_it_and_the_others_still_count():
+    # 1 and 2 side by side (the container aligns them at every call), 3 elsewhere
+    b = books((1, "g", "INPUT", 100), (2, "g", "INPUT", 100), (3, "g", "INPUT", 100),
+              marks={1: T0 + 50_000, 2: T0 + 10_000, 3: T0 + 30_000},
+              containers={1: "container_000001", 2: "container_000001", 3: "container_000002"})
+    assert alignment.ceilings(b, [1, 2, 3]) == {1: T0 + 30_100, 2: T0 + 30_100, 3: T0 + 10_100}
+    # all of a group in one container: nothing left for the master to bound, even a peer not started yet
+    b = books((1, "g", "INPUT", 0), (2, "g", "INPUT", 0), marks={1: T0},
+              containers={1: "container_000001", 2: "container_000001"})
+    assert alignment.ceilings(b, [1, 2]) == {1: MAX_WATERMARK, 2: MAX_WATERMARK}
