@@ -62,7 +62,7 @@ def settle() -> bool:
 
 
 class _AfterPyarrow:
-    """A meta-path finder that, once, lets pyarrow be imported as usual and then :func:`settle`\ s."""
+    """A meta-path finder that, once, lets pyarrow be imported as usual and then calls :func:`settle`."""
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
         if name != "pyarrow":

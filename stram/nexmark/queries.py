@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 from stram.flow import Flow, Stream, windows
 
-__all__ = ["PACKED", "QUERIES", "Sources", "add_query", "q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q9", "q11",
+__all__ = ["QUERIES", "Sources", "add_query", "q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q9", "q11",
            "longest_auction_ms", "scan_longest_auction"]
 
 # The suite's constants, as the oracle has them (not imported from it: the containers that run these
@@ -64,25 +64,12 @@ UNBOUNDED_MS = 1 << 50
 ALL_TIME_MS = 1 << 52
 #: Rows per source batch.
 BATCH_ROWS = 4096
-#: The watermark alignment group of the sources of q4, q8 and q9: the auctions, read faster in event
-#: time (600 a second of it against 9,200 bids), wait for the bids (and q8's persons) instead of filling
-#: the join's state (stram.master.core.alignment). Not q3: its join keeps everything anyway.
+#: The alignment group of q4's, q8's and q9's sources: the auctions (and q8's persons), covering event
+#: time faster than the bids, wait instead of filling the join's state. Drift: 10 s in one container,
+#: which aligns its members at every call; 60 s across containers, aligned by the master at the
+#: heartbeats' pace, where only q9 aligns (docs/nexmark.md, "Containers").
 ALIGNMENT_GROUP = "nexmark"
-#: How far ahead in event time an aligned source may run with one partition: its sources share a
-#: container, which aligns them at every call.
-MAX_DRIFT_MS = 10_000
-#: ... and with several, where the sources of other partitions are in other containers, aligned by the
-#: master at the heartbeats' pace (a bid source covers about 30 s of event time a second): only q9 then
-#: (its auctions, about 1 KB each, are the biggest state), with a drift well above that, so that a
-#: source is not held back by another's stale report (q4 and q8 ran 1.2 to 2.6 times slower aligned).
-SPREAD_DRIFT_MS = 60_000
-#: A query's operators share one container per partition (``CONTAINERS_MAX_COUNT`` = partitions), as
-#: Flink's slot sharing puts one parallel instance of every operator in a slot: most steps are pyarrow
-#: compute or a join's hash lookups, so a process per stage costs more (its start, and every row
-#: serialized between two processes) than the core it adds. q5 and q11, with two Python stages each,
-#: run as fast either way, or 12% slower, on far less CPU and memory (docs/nexmark.md, "Containers").
-#: ``-D CONTAINERS_MAX_COUNT=null`` gives a container per stage.
-PACKED = frozenset({"q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q9", "q11"})
+MAX_DRIFT_MS, SPREAD_DRIFT_MS = 10_000, 60_000
 
 
 class Sources:
@@ -598,8 +585,8 @@ QUERIES: dict[str, Callable[..., None]] = {
 
 def add_query(query: str, flow: Flow, data_dir: str, out_dir: str, partitions: int = 1,
               sources: Sources | None = None) -> None:
-    """Add ``query`` to ``flow`` (its results under ``out_dir``), in one container per partition if it is
-    one of :data:`PACKED` (unless ``sources`` are shared, or ``flow`` already limits its containers).
+    """Add ``query`` to ``flow`` (its results under ``out_dir``), in one container per partition unless
+    ``sources`` are shared or ``flow`` already limits its containers (docs/nexmark.md, "Containers").
 
     Raises
     ------
@@ -608,6 +595,6 @@ def add_query(query: str, flow: Flow, data_dir: str, out_dir: str, partitions: i
     """
     if query not in QUERIES:
         raise ValueError(f"unknown query {query!r}; stram runs {', '.join(QUERIES)}")
-    if query in PACKED and not (sources and sources.shared):
+    if not (sources and sources.shared):
         flow.attributes.setdefault("CONTAINERS_MAX_COUNT", partitions)
     QUERIES[query](flow, data_dir, out_dir, partitions, sources)
