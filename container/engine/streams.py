@@ -21,6 +21,7 @@ from stram.agent.bufferserver.client import Subscriber
 from stram.agent.bufferserver.protocol import MessageType
 from stram.agent.engine.codec import get_codec
 from stram.agent.engine.messages import BEGIN_WINDOW, CHECKPOINT, DATA, END_STREAM, END_WINDOW, WATERMARK, Receiver
+from stram.common.arrowtypes import is_arrow
 from stram.common.partition import default_key, partition_hash
 
 log = logging.getLogger("stram.agent.engine.streams")
@@ -214,7 +215,7 @@ class PortOutput:
         if batch:
             if self._sniff:
                 self._sniff = False
-                if not _is_arrow(batch[0]):
+                if not is_arrow(batch[0]):
                     self.batch_limit = BATCH_SIZE
             self.tuples += len(batch)
             self.batch = []
@@ -226,11 +227,6 @@ class PortOutput:
         self.flush()
         for sink in self.sinks:
             sink.control(kind, window_id)
-
-
-def _is_arrow(item: Any) -> bool:
-    """Whether ``item`` is a pyarrow RecordBatch or Table (by type name: pyarrow may not be loaded)."""
-    return type(item).__name__ in ("RecordBatch", "Table") and type(item).__module__.startswith("pyarrow")
 
 
 # ---------------------------------------------------------------- the subscribe side

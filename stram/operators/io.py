@@ -12,6 +12,7 @@ from typing import Any, Optional
 import orjson
 
 from stram.common import destinations, fs, space
+from stram.common.arrowtypes import is_arrow
 from stram.common.watermarks import IDLE, MAX_WATERMARK
 from stram.operator import (FatalError, InputOperator, InputPort, Operator, OperatorContext, OutputPort,
                             ShutdownException)
@@ -329,7 +330,7 @@ def _to_json(obj: Any) -> bytes:
     try:
         return orjson.dumps(obj, default=_default, option=_ORJSON_OPTIONS)
     except TypeError:  # orjson.JSONEncodeError: an integer past 64 bits, a cycle, a default() that fails
-        if _is_arrow(obj):
+        if is_arrow(obj):
             raise _ArrowRows() from None
         return _std_json(obj).encode()
 
@@ -339,14 +340,9 @@ class _ArrowRows(Exception):
 
 
 def _default(obj: Any) -> Any:
-    if _is_arrow(obj):
+    if is_arrow(obj):
         raise TypeError("an Arrow batch is many lines")
     return str(obj)
-
-
-def _is_arrow(obj: Any) -> bool:
-    kind = type(obj)
-    return kind.__name__ in ("RecordBatch", "Table") and kind.__module__.startswith("pyarrow")
 
 
 def drop_torn_line(uri: str) -> int:
@@ -445,7 +441,7 @@ class JsonLinesOutput(Operator):
             lines = list(map(_to_json, tuples))
         except _ArrowRows:
             for item in tuples:
-                if _is_arrow(item):
+                if is_arrow(item):
                     for batch in (item.to_batches() if hasattr(item, "to_batches") else (item,)):
                         self._add_rows(batch)
                 else:
