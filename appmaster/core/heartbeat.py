@@ -36,6 +36,9 @@ __all__ = ["handle_heartbeat", "process_operator", "response", "deployable"]
 log = logging.getLogger("stram.master.core.state")  # the event log and the heartbeat speak for the state
 
 ACTIVE, SHUTDOWN, FAILED = convert.REPORTED_ACTIVE, convert.REPORTED_SHUTDOWN, convert.REPORTED_FAILED
+#: A container whose deploy waits for an upstream container to start asks again this soon: at an
+#: application's start its containers come up within a fraction of a second of each other.
+DEPLOY_POLL_MILLIS = 50
 
 
 def handle_heartbeat(books: Books, ev: Heartbeat) -> list[Instruction]:
@@ -178,7 +181,9 @@ def response(books: Books, container: PTContainer, interval: int, undeploy: list
     deploys: list[Any] | None = None
     if container.pending_deploy:  # its operators' first report ends the deploy: not paced
         interval = int(books.attr("HEARTBEAT_INTERVAL_MILLIS"))
-        if deployable(books, container):
+        if not deployable(books, container):  # an upstream container starts: ask again soon
+            interval = min(interval, DEPLOY_POLL_MILLIS)
+        else:
             deploys = []
             for op_id in sorted(container.pending_deploy):
                 op = operators[op_id]

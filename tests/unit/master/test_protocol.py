@@ -86,6 +86,21 @@ def test_first_heartbeat_gets_deploy_request(umbilical):
     assert not call(stub, "ProcessHeartbeat", hb).deploy_request
 
 
+def test_a_deploy_waiting_for_an_upstream_container_asks_again_soon(umbilical):
+    """container_000002's writer subscribes to container_000001's buffer server: until that one runs,
+    its heartbeats get no deploy and ask for the next one within DEPLOY_POLL_MILLIS, not 700 ms."""
+    from stram.master.core.heartbeat import DEPLOY_POLL_MILLIS
+    _, stub, _, _ = umbilical
+    second = proto.ContainerHeartbeat(container_id="container_000002", buffer_server_host="127.0.0.1",
+                                      buffer_server_port=4343)
+    early = call(stub, "ProcessHeartbeat", second)
+    assert not early.deploy_request and early.heartbeat_interval_millis == DEPLOY_POLL_MILLIS < 700
+    call(stub, "ProcessHeartbeat", proto.ContainerHeartbeat(container_id="container_000001",
+                                                            buffer_server_host="127.0.0.1", buffer_server_port=4242))
+    ready = call(stub, "ProcessHeartbeat", second)
+    assert [d.name for d in ready.deploy_request] == ["out"] and ready.heartbeat_interval_millis == 700
+
+
 def test_unknown_container_is_told_to_shut_down(umbilical):
     _, stub, _, _ = umbilical
     response = call(stub, "ProcessHeartbeat", proto.ContainerHeartbeat(container_id="container_999999"))
