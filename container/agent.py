@@ -33,7 +33,7 @@ from stram.common import apppath, fs, space, tls
 from stram.common.attributes import default as attribute_default
 from stram.common.imports import load_class
 from stram.common.logsetup import rate_limit
-from stram.common.partition import key_function
+from stram.common.partition import key_field, key_function
 from stram.common.stacks import thread_stacks
 from stram.common.windows import initial_window
 from stram.operator import InputConnection, OperatorContext
@@ -543,5 +543,6 @@ class Agent:
                 publisher = self.buffer_server.publisher(f"{node.id}.{out.port_name}", node.current_window + 1)
                 node.outputs[out.port_name].add_sink(
                     PublisherSink(publisher, out.stream_codecs.get(0, "pickle"), out.partition_mask,
-                                  key_function(out.context_attributes.get("PARTITION_KEY"))))
+                                  key_function(out.context_attributes.get("PARTITION_KEY")),
+                                  field=key_field(out.context_attributes.get("PARTITION_KEY"))))
 

@@ -22,7 +22,7 @@ from stram.agent.bufferserver.protocol import MessageType
 from stram.agent.engine.codec import get_codec
 from stram.agent.engine.messages import BEGIN_WINDOW, CHECKPOINT, DATA, END_STREAM, END_WINDOW, WATERMARK, Receiver
 from stram.common.arrowtypes import is_arrow
-from stram.common.partition import default_key, partition_hash
+from stram.common.partition import arrow_tags, default_key, partition_hash
 
 log = logging.getLogger("stram.agent.engine.streams")
 
@@ -100,11 +100,13 @@ class PublisherSink(Sink):
     """Remote subscribers: encode and publish to this container's buffer server."""
 
     def __init__(self, publisher: Any, codec_name: str, mask: int,
-                 key: Callable[[Any], Any] = default_key) -> None:
+                 key: Callable[[Any], Any] = default_key, field: str | None = None) -> None:
         self.publisher = publisher
         self.codec = get_codec(codec_name)
         self.mask = mask
         self.key = key
+        #: The key's field when the key is one (``field:NAME``): Arrow batches are split by it column-wise.
+        self.field = field
         self.bytes = 0
         #: Encoded bytes per tuple in the last frame (0: none yet), to cut batches into frames
         #: of about FRAME_TARGET_BYTES before encoding them.
@@ -118,7 +120,9 @@ class PublisherSink(Sink):
             return
         mask, key = self.mask, self.key
         groups: dict[int, list] = collections.defaultdict(list)
-        if key is default_key:
+        if self.field is not None and is_arrow(batch[0]):
+            self._split_arrow(batch, groups)
+        elif key is default_key:
             tags = self._tags
             if len(tags) > TAG_CACHE_SIZE:
                 tags.clear()
@@ -136,6 +140,23 @@ class PublisherSink(Sink):
                 groups[partition_hash(key(t)) & mask].append(t)
         for tag, tuples in groups.items():
             self._publish(tag, tuples)
+
+    def _split_arrow(self, batch: list, groups: dict[int, list]) -> None:
+        """Record batches split by their rows' tags (:func:`stram.common.partition.arrow_tags`); the
+        pieces of each tag keep their rows' order."""
+        import pyarrow.compute as pc
+        mask, field, key = self.mask, self.field, self.key
+        for b in batch:
+            if not is_arrow(b):
+                groups[partition_hash(key(b)) & mask].append(b)
+                continue
+            tags = arrow_tags(b, field, mask)
+            values = pc.unique(tags).to_pylist()
+            if len(values) == 1:
+                groups[values[0]].append(b)
+                continue
+            for tag in values:
+                groups[tag].append(b.filter(pc.equal(tags, tag)))
 
     def _publish(self, tag: int, tuples: list) -> None:
         n = len(tuples)

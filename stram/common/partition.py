@@ -11,7 +11,7 @@ import zlib
 from typing import Any, Callable
 
 __all__ = ["default_key", "partition_hash", "partition_mask", "partition_keys", "owner_of", "key_function",
-           "FIELD_KEY"]
+           "key_field", "arrow_tags", "FIELD_KEY"]
 
 
 def default_key(tuple: Any) -> Any:
@@ -76,3 +76,28 @@ def key_function(spec: str | None) -> Callable[[Any], Any]:
         return lambda t: t.get(name) if isinstance(t, dict) else getattr(t, name, None)
     from stram.common import pickled  # only where a flow passed a function
     return pickled.loads(spec)
+
+
+def key_field(spec: str | None) -> str | None:
+    """The field a ``"field:NAME"`` key spec names (None for any other spec)."""
+    return spec[len(FIELD_KEY):] if spec and spec.startswith(FIELD_KEY) else None
+
+
+def arrow_tags(batch: Any, field: str, mask: int) -> Any:
+    """Each row's partition tag (:func:`partition_hash` of its ``field`` & ``mask``) for an Arrow batch,
+    as a ``pyarrow`` array: integers masked column-wise, strings hashed once per distinct value, other
+    types row by row. A batch without the field: every row's key is None."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    if field not in batch.schema.names:
+        return pa.repeat(partition_hash(None) & mask, batch.num_rows)
+    col = batch.column(field)
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    if pa.types.is_integer(col.type):  # partition_hash(k) & mask == k & mask: the mask has < 31 bits
+        return pc.fill_null(pc.bit_wise_and(col.cast(pa.int64()), mask), partition_hash(None) & mask)
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        coded = col.dictionary_encode()
+        tags = pa.array([partition_hash(v) & mask for v in coded.dictionary.to_pylist()], pa.int64())
+        return pc.fill_null(pc.take(tags, coded.indices), partition_hash(None) & mask)
+    return pa.array([partition_hash(v) & mask for v in col.to_pylist()], pa.int64())

@@ -277,6 +277,39 @@ def test_a_publisher_tags_every_tuple_with_its_key_partition(monkeypatch):
     assert got == want  # each tuple under its key's tag, in order
 
 
+@pytest.mark.parametrize("codec_name", ["arrow", "pickle"])
+def test_a_publisher_splits_arrow_batches_by_the_key_field_like_their_rows(codec_name):
+    """Record batches on a stream keyed by a field go out split column-wise; every row under the tag its
+    dict would have had (ints, strings, nulls, other types), the rows of a tag in their order."""
+    import pyarrow as pa
+
+    from stram.agent.engine import streams
+    from stram.agent.engine.codec import get_codec
+    from stram.common.partition import key_field, partition_hash
+    rng = random.Random(5)
+    columns = {"int": lambda: rng.choice([rng.randrange(-10**12, 10**12), None, 7]),
+               "str": lambda: rng.choice([f"s{rng.randrange(50)}", "", "naïve", None]),
+               "float": lambda: rng.choice([rng.random(), 2.0, None])}
+    for kind, draw in columns.items():
+        sink = streams.PublisherSink(Recorder(), codec_name, mask=3, field=key_field("field:k"))
+        sent = []
+        for i in range(20):
+            rows = [{"k": draw(), "i": i * 1000 + j} for j in range(rng.randrange(1, 300))]
+            sent += rows
+            sink.data([pa.RecordBatch.from_pylist(rows, schema=pa.schema(
+                [("k", {"int": pa.int64(), "str": pa.string(), "float": pa.float64()}[kind]), ("i", pa.int64())]))])
+        codec = get_codec(codec_name)
+        got: dict[int, list] = {}
+        for tag, data in sink.publisher.frames:
+            for b in codec.decode(data if isinstance(data, bytes) else b"".join(map(bytes, data))):
+                got.setdefault(tag, []).extend(b.to_pylist())
+        want: dict[int, list] = {}
+        for r in sent:
+            want.setdefault(partition_hash(r["k"]) & 3, []).append(r)
+        assert got == want, kind
+        assert len(got) > 1
+
+
 def test_a_publisher_cuts_big_batches_into_frames_near_the_target_size():
     from stram.agent.engine.codec import get_codec
     from stram.agent.engine.streams import FRAME_PROBE_TUPLES, FRAME_TARGET_BYTES, PublisherSink
