@@ -387,28 +387,44 @@ class WindowedStream:
                                outputs=("output", "late"), event_time=OPAQUE)
         return Stream(self.keyed.flow, step)
 
-    def _by_value(self, kind: str, op: str, value: Any, name: Any, partitions: Any, locality: Any) -> Stream:
+    def _by_value(self, kind: str, op: str, value: Any, name: Any, partitions: Any, locality: Any,
+                  arrow: bool = False) -> Stream:
         field, fn = _field_or_fn(value, kind)
         if field:
-            return self._aggregate(kind, f"{op}:{field}", {}, name, partitions, locality)
+            return self._aggregate(kind, f"{op}:{field}", self._arrow(arrow), name, partitions, locality)
+        if arrow:
+            raise FlowError(f"window {kind}: arrow=True takes a field's values, not a function's")
         return self._aggregate(kind, op, {"value_fn": fn}, name, partitions, locality)
 
-    def count(self, *, name: Any = None, partitions: Any = None, locality: Any = None) -> Stream:
-        """Records per key and window."""
-        return self._aggregate("count", "count", {}, name, partitions, locality)
+    def _arrow(self, arrow: bool) -> dict[str, Any]:
+        """``arrow_results`` for ``arrow=True``: only windows of fields' values kept as columns have them."""
+        if not arrow:
+            return {}
+        window, props = self.props["window"], self.props
+        if window.get("time", "event") != "event" or window["kind"] == "session" or "trigger" in props \
+                or not props.get("key_field") or window.get("size_ms", 0) % window.get("slide_ms", 1) \
+                or not props.get("timestamp_field"):
+            raise FlowError("arrow=True: event-time tumbling or sliding windows (size a multiple of the slide), "
+                            "no trigger, keyed by a field with the time in a field")
+        return {"arrow_results": True}
+
+    def count(self, *, name: Any = None, partitions: Any = None, locality: Any = None, arrow: bool = False) -> Stream:
+        """Records per key and window. ``arrow`` (here and for sum, min and max): fed Arrow batches, each
+        window's results go out as one ``pyarrow.Table`` (key, window_start, window_end, value)."""
+        return self._aggregate("count", "count", self._arrow(arrow), name, partitions, locality)
 
     def sum(self, value: str | Callable[[Any], Any], *, name: Any = None, partitions: Any = None,
-            locality: Any = None) -> Stream:
+            locality: Any = None, arrow: bool = False) -> Stream:
         """Sum of a field (``"sum:F"``) or of a function's values (``value_fn``)."""
-        return self._by_value("sum", "sum", value, name, partitions, locality)
+        return self._by_value("sum", "sum", value, name, partitions, locality, arrow)
 
     def min(self, value: str | Callable[[Any], Any], *, name: Any = None, partitions: Any = None,
-            locality: Any = None) -> Stream:
-        return self._by_value("min", "min", value, name, partitions, locality)
+            locality: Any = None, arrow: bool = False) -> Stream:
+        return self._by_value("min", "min", value, name, partitions, locality, arrow)
 
     def max(self, value: str | Callable[[Any], Any], *, name: Any = None, partitions: Any = None,
-            locality: Any = None) -> Stream:
-        return self._by_value("max", "max", value, name, partitions, locality)
+            locality: Any = None, arrow: bool = False) -> Stream:
+        return self._by_value("max", "max", value, name, partitions, locality, arrow)
 
     def mean(self, value: str | Callable[[Any], Any], *, name: Any = None, partitions: Any = None,
              locality: Any = None) -> Stream:

@@ -13,8 +13,10 @@ from __future__ import annotations
 import heapq
 from typing import Any, Callable, Optional
 
+from stram.common.arrowtypes import is_arrow
 from stram.common.watermarks import MAX_WATERMARK, MIN_WATERMARK
 from stram.operator import InputPort, OperatorContext, OutputPort
+from stram.operators import window_columns
 from stram.operators.windowing import (MISSING, EventTimeOperator, Fields, WindowSpec, fail, parse_aggregate,
                                        parse_trigger)
 
@@ -63,9 +65,12 @@ class WindowedAggregate(EventTimeOperator):
     allowed_lateness_ms: int = 0
     #: {early_ms: N, late: bool, mode: accumulating | discarding}
     trigger: Optional[dict] = None
+    #: Fed Arrow batches (count/sum/min/max, tumbling or sliding, no trigger): each window's results as
+    #: one ``pyarrow.Table`` (key, window_start, window_end, value) instead of dict records.
+    arrow_results: bool = False
 
     transient = EventTimeOperator.transient + ("_spec", "_agg", "_fields", "_trig", "_lateness", "_heap",
-                                               "_fast_op", "_fast_value", "_tumbling_fold")
+                                               "_fast_op", "_fast_value", "_tumbling_fold", "_columns")
 
     def __init__(self) -> None:
         super().__init__()
@@ -80,10 +85,16 @@ class WindowedAggregate(EventTimeOperator):
         self._heap: list = []
         self._fast_op: Optional[int] = None
         self._tumbling_fold = False
+        #: Fed Arrow batches: pane start -> partial tables (stram.operators.window_columns), and the
+        #: watermark their windows were last fired at.
+        self.columns: dict[int, list] = {}
+        self.columns_mark = MIN_WATERMARK
+        self._columns: Optional[window_columns.Columns] = None
 
     def held(self) -> int:
         """Accumulators of open windows (one per key and window) and open sessions."""
-        return sum(map(len, self.panes.values())) + sum(map(len, self.sessions.values()))
+        return sum(map(len, self.panes.values())) + sum(map(len, self.sessions.values())) + sum(
+            t.num_rows for parts in self.columns.values() for t in parts)
 
     # -- configuration ---------------------------------------------------------------------------------
     @classmethod
@@ -110,6 +121,9 @@ class WindowedAggregate(EventTimeOperator):
         self._tumbling_fold = (not fast and not spec.processing and not spec.session and self._trig is None
                                and spec.slide == spec.size)
         self._fast_value = agg.value
+        self._columns = window_columns.Columns(self._fields.key_field, self._fields.ts_field, agg.field, agg.code,
+                                               spec.size, spec.slide, spec.origin) \
+            if window_columns.usable(spec, agg.code, self._fields, agg.field, self._trig) else None
         self._rebuild()
 
     def _rebuild(self) -> None:
@@ -123,6 +137,8 @@ class WindowedAggregate(EventTimeOperator):
 
     def process_input_batch(self, records: list) -> None:
         late: list = []
+        if records and (is_arrow(records[0]) or self.columns):
+            records = self._columnar(records, late)
         if self._fast_op is not None:
             if self._spec.session:
                 self._fast_sessions(records, late)
@@ -415,7 +431,43 @@ class WindowedAggregate(EventTimeOperator):
             end = s + size
             rows += [{"key": k, "window_start": s, "window_end": end, "value": result(a)}
                      for k, a in panes.pop(s).items()]
+        if self.columns and self._columns is not None:
+            rows += self._fire_columns(wm)
         self._emit(rows)
+
+    # -- Arrow batches -----------------------------------------------------------------------------------
+    def _columnar(self, records: list, late: list) -> list:
+        """Aggregate the Arrow batches among ``records`` as columns (stram.operators.window_columns) when
+        this operator can and holds no windows of dict records; the records left for the other paths."""
+        columns = self._columns
+        if columns is None or self.panes:  # not columnar: every batch's rows as dicts
+            return [r for x in records for r in (x.to_pylist() if is_arrow(x) else (x,))]
+        import pyarrow as pa
+        rows = [x for x in records if not is_arrow(x)]
+        batches = [x for x in records if is_arrow(x)]
+        if rows:  # dicts among batches: as a batch of their own (those that do not fit are malformed)
+            try:
+                batches.append(pa.Table.from_pylist(rows))
+            except (pa.ArrowException, TypeError, ValueError, AttributeError) as exc:
+                for r in rows:
+                    self._bad("fields", r, exc)
+        limit = self.watermark - self._lateness
+        for batch in window_columns.joined(batches):  # a call per run of one schema: fewer, bigger
+            try:
+                gone, odd = columns.add(self.columns, batch, limit)
+            except (pa.ArrowException, TypeError, ValueError) as exc:  # types unlike the state's
+                gone, odd = None, []
+                self._bad("key or value type", f"a batch of {batch.num_rows} rows", exc)
+            if gone is not None:
+                late.append(gone)
+            for r in odd:
+                self._bad("key, time or value (null)", r)
+        return []
+
+    def _fire_columns(self, wm: int) -> list:
+        fired = self._columns.fire(self.columns, self.columns_mark, wm, self._lateness)
+        self.columns_mark = wm
+        return window_columns.results(fired, self._spec.size, bool(self.arrow_results))
 
     def _fire_sessions(self, wm: int) -> None:
         heap, sessions, result = self._heap, self.sessions, self._agg.result
@@ -519,7 +571,8 @@ class WindowedAggregate(EventTimeOperator):
         partition starts from the highest watermark of the old ones."""
         if not states:
             return [{} for _ in range(count)]
-        base = {k: v for k, v in states[0].items() if k not in ("panes", "sessions", "fired")}
+        base = {k: v for k, v in states[0].items() if k not in ("panes", "sessions", "fired", "columns")}
+        base["columns_mark"] = max(s.get("columns_mark", MIN_WATERMARK) for s in states)
         base["watermark"] = max(s.get("watermark", base.get("watermark")) for s in states)
         base["order"] = max(s.get("order", 0) for s in states)
         base["arrivals"] = max(s.get("arrivals", 0) for s in states)
@@ -532,4 +585,6 @@ class WindowedAggregate(EventTimeOperator):
                     new[owner(k)]["panes"].setdefault(s, {})[k] = a
             for k, lst in state.get("sessions", {}).items():
                 new[owner(k)]["sessions"].setdefault(k, []).extend(lst)
+        for i, columns in enumerate(window_columns.split([s.get("columns", {}) for s in states], count, owner)):
+            new[i]["columns"] = columns
         return new

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from stram.agent.engine.batch import batch_handler
+from stram.common.arrowtypes import is_arrow
 from stram.common.partition import key_function, owner_of
 from stram.common.watermarks import MAX_WATERMARK
 from stram.operator import OperatorContext, operator_properties
@@ -206,16 +207,27 @@ class Run:
 
 def drive(cls: type, props: dict, items: list, R: int, B: int, *, mode: str = "plain", seed: int = 0,
           clock: Optional[FakeClock] = None, size: Optional[Callable[[Any], int]] = None,
-          metrics: Optional[dict] = None) -> Run:
-    """Run ``items`` ((port, record, is_late) or (port, record)) through operators of ``cls``."""
+          metrics: Optional[dict] = None, arrow: bool = False) -> Run:
+    """Run ``items`` ((port, record, is_late) or (port, record)) through operators of ``cls``; ``arrow``:
+    each batch handed to the operator as one ``pyarrow.RecordBatch`` (Arrow results and late batches
+    are read back as dict rows)."""
     rng = random.Random(seed)
     run = Run()
     chunk = [0]
 
+    def rows_of(b: list) -> list:
+        return [r for x in b for r in (x.to_pylist() if is_arrow(x) else (x,))]
+
+    def handle(op: Any, port: str, part: list) -> None:
+        if arrow:
+            import pyarrow as pa
+            part = [pa.RecordBatch.from_pylist(part)]
+        batch_handler(op, port)(part)
+
     def wire(op: Any) -> Any:
-        op.output.emit_batch = lambda b: run.output.extend((chunk[0], r) for r in b)
+        op.output.emit_batch = lambda b: run.output.extend((chunk[0], r) for r in rows_of(b))
         op.output.emit = lambda r: run.output.append((chunk[0], r))
-        op.late.emit_batch = run.late.extend
+        op.late.emit_batch = lambda b: run.late.extend(rows_of(b))
         op.late.emit = run.late.append
         return op
 
@@ -247,14 +259,14 @@ def drive(cls: type, props: dict, items: list, R: int, B: int, *, mode: str = "p
                 j += 1
             port = batch[i][0]
             if len(ops) == 1:
-                batch_handler(ops[0], port)([r for _, r in batch[i:j]])
+                handle(ops[0], port, [r for _, r in batch[i:j]])
             else:
                 parts: list[list] = [[] for _ in ops]
                 for _, r in batch[i:j]:
                     parts[owner(routes[port](r))].append(r)
                 for op, part in zip(ops, parts):
                     if part:
-                        batch_handler(op, port)(part)
+                        handle(op, port, part)
             i = j
         if size is not None:
             run.max_size = max(run.max_size, sum(size(op) for op in ops))
