@@ -19,9 +19,10 @@ How each is built:
   the expiry) keeping the winner by the oracle's tie rules. q4 folds the winners per category in
   one window spanning all time: ``sum // count``. Not shared, the steps after the join run in its
   thread, partition by partition (q4's average, keyed otherwise, with one partition only).
-* q5: a sliding count per auction (bids counted per auction and 2 s pane within each Arrow batch,
-  those counts summed per window), then per window (keyed by its start, timed at its end - 1 ms in
-  a tumbling window of the slide) the auctions with the top count.
+* q5: a sliding count per auction on Arrow batches (split by auction, kept as columns per 2 s pane,
+  each window's counts one table), of each table the rows with its top count, then per window
+  (keyed by its start, timed at its end - 1 ms in a tumbling window of the slide) the auctions with
+  the top count of all partitions.
 * q7: per tumbling window the highest bids of each Arrow batch, then per window the highest of those
   (shared dict sources: per auction and window first).
 * q8: auctions counted per seller in tumbling windows, joined in the same windows with persons.
@@ -407,10 +408,11 @@ def q5(flow: Flow, data_dir: str, out_dir: str, partitions: int = 1, sources: So
     if src.shared:  # a dict source other queries read too: every bid counted on its own
         counts = src.read("bid", ["auction", TIME], by="auction").key_by("auction").window(window) \
             .count(name="q5_count", partitions=p)
-    else:  # bids counted per auction and slide-long pane within each Arrow batch, those counts summed
-        panes = src.read("bid", ["auction", TIME], arrow=True) \
-            .flat_map(_pane_counts, name="q5_pane_counts", partitions=p, locality="THREAD_LOCAL")
-        counts = panes.key_by("auction").window(window).sum("n", name="q5_count", partitions=p)
+    else:  # Arrow batches split by auction, counted as columns; each window's counts one table, and
+        # of each table (a partition's auctions) the rows of the top count
+        counts = src.read("bid", ["auction", TIME], arrow=True, by="auction").key_by("auction").window(window) \
+            .count(name="q5_count", partitions=p, arrow=True) \
+            .flat_map(_window_tops, name="q5_tops", partitions=p, locality="THREAD_LOCAL")
     # per window: its counts come out when the watermark passes its end, stamped 1 ms before it, into
     # the slide-long window that ends with it, which the same watermark fires
     hottest = counts.key_by("window_start").window(windows.tumbling(Q5_SLIDE_MS), timestamp=_last_ms) \
@@ -419,16 +421,11 @@ def q5(flow: Flow, data_dir: str, out_dir: str, partitions: int = 1, sources: So
            "q5_out")
 
 
-def _pane_counts(batch: Any) -> list[dict]:
-    """A batch's bids counted per auction and pane (the slide-long span a sliding window is made of):
-    ``{"auction", "dateTime": the pane's start, "n"}``. A pane lies wholly inside every window that holds
-    its start, so summing these per window counts exactly its bids; a batch of thousands of bids spans
-    one or two panes and a few hundred auctions."""
-    import pyarrow as pa
-    times = batch.column(TIME).to_numpy()
-    panes = pa.table({"auction": batch.column("auction"), TIME: times - times % Q5_SLIDE_MS})
-    counted = panes.group_by(["auction", TIME]).aggregate([([], "count_all")])
-    return counted.rename_columns(["auction", TIME, "n"]).to_pylist()
+def _window_tops(table: Any) -> list[dict]:
+    """The rows of one window's counts (a table: key, window_start, window_end, value) with its top count."""
+    import pyarrow.compute as pc
+    top = pc.max(table.column("value"))
+    return table.filter(pc.equal(table.column("value"), top)).to_pylist()
 
 
 def _last_ms(result: dict) -> int:
