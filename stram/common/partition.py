@@ -2,7 +2,10 @@
 
 Python's ``hash()`` of ``str`` is salted per process, so partitioning uses
 CRC-32 of the key's bytes: the same key lands in the same partition in every
-container and after every restart.
+container and after every restart. Integers are mixed (Fibonacci hashing: the
+top bits of the key times 2^64 / golden ratio), not taken as they are: ids often
+share their low bits (NEXMark's hot auctions are all even), and the partition
+mask keeps only the low bits of the hash.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ def default_key(tuple: Any) -> Any:
 
 
 tuple_type = tuple
+_U64 = (1 << 64) - 1
+#: 2^64 / the golden ratio, odd: multiplying by it spreads any run of integers over the top bits.
+_GOLDEN = 0x9E3779B97F4A7C15
 
 
 def partition_hash(key: Any) -> int:
@@ -33,7 +39,7 @@ def partition_hash(key: Any) -> int:
     if isinstance(key, bool) or key is None:
         return int(bool(key))
     if isinstance(key, int):
-        return key & 0x7FFFFFFF
+        return (((key & _U64) * _GOLDEN) & _U64) >> 33
     if isinstance(key, (bytes, bytearray, memoryview)):
         return zlib.crc32(key) & 0x7FFFFFFF
     return zlib.crc32(repr(key).encode()) & 0x7FFFFFFF
@@ -94,8 +100,11 @@ def arrow_tags(batch: Any, field: str, mask: int) -> Any:
     col = batch.column(field)
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()
-    if pa.types.is_integer(col.type):  # partition_hash(k) & mask == k & mask: the mask has < 31 bits
-        return pc.fill_null(pc.bit_wise_and(col.cast(pa.int64()), mask), partition_hash(None) & mask)
+    if pa.types.is_integer(col.type):  # partition_hash's mixing in uint64 arithmetic (it wraps)
+        bits = col.cast(pa.int64()).cast(pa.uint64(), safe=False)  # two's complement, as key & _U64
+        mixed = pc.shift_right(pc.multiply(bits, pa.scalar(_GOLDEN, pa.uint64())), pa.scalar(33, pa.uint64()))
+        tags = pc.bit_wise_and(mixed, pa.scalar(mask, pa.uint64())).cast(pa.int64())
+        return pc.fill_null(tags, partition_hash(None) & mask) if tags.null_count else tags
     if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
         coded = col.dictionary_encode()
         tags = pa.array([partition_hash(v) & mask for v in coded.dictionary.to_pylist()], pa.int64())
