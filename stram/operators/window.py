@@ -94,7 +94,8 @@ class WindowedAggregate(EventTimeOperator):
     def held(self) -> int:
         """Accumulators of open windows (one per key and window) and open sessions."""
         return sum(map(len, self.panes.values())) + sum(map(len, self.sessions.values())) + sum(
-            t.num_rows for parts in self.columns.values() for t in parts)
+            t.num_rows for parts in self.columns.values() for t in parts) + (self._columns.pending_rows
+                                                                            if self._columns else 0)
 
     # -- configuration ---------------------------------------------------------------------------------
     @classmethod
@@ -137,7 +138,7 @@ class WindowedAggregate(EventTimeOperator):
 
     def process_input_batch(self, records: list) -> None:
         late: list = []
-        if records and (is_arrow(records[0]) or self.columns):
+        if records and (is_arrow(records[0]) or self.columns or (self._columns and self._columns.pending)):
             records = self._columnar(records, late)
         if self._fast_op is not None:
             if self._spec.session:
@@ -408,6 +409,10 @@ class WindowedAggregate(EventTimeOperator):
             self._fire(watermark)
 
     def end_window(self) -> None:
+        if self._columns is not None and self._columns.pending:
+            late: list = []
+            self._drain(late)
+            self._emit(late=late)
         now = int(self._clock() * 1000)
         if self._spec.processing:
             self._fire(now)
@@ -442,27 +447,27 @@ class WindowedAggregate(EventTimeOperator):
         columns = self._columns
         if columns is None or self.panes:  # not columnar: every batch's rows as dicts
             return [r for x in records for r in (x.to_pylist() if is_arrow(x) else (x,))]
-        import pyarrow as pa
-        rows = [x for x in records if not is_arrow(x)]
-        batches = [x for x in records if is_arrow(x)]
-        if rows:  # dicts among batches: as a batch of their own (those that do not fit are malformed)
-            try:
-                batches.append(pa.Table.from_pylist(rows))
-            except (pa.ArrowException, TypeError, ValueError, AttributeError) as exc:
-                for r in rows:
-                    self._bad("fields", r, exc)
-        limit = self.watermark - self._lateness
-        for batch in window_columns.joined(batches):  # a call per run of one schema: fewer, bigger
-            try:
-                gone, odd = columns.add(self.columns, batch, limit)
-            except (pa.ArrowException, TypeError, ValueError) as exc:  # types unlike the state's
-                gone, odd = None, []
-                self._bad("key or value type", f"a batch of {batch.num_rows} rows", exc)
-            if gone is not None:
-                late.append(gone)
-            for r in odd:
-                self._bad("key, time or value (null)", r)
+        bad, why = columns.take(records)  # queued until PENDING_ROWS, the next watermark or window end
+        for r in bad:
+            self._bad("fields", r, why)
+        if columns.pending_rows >= window_columns.PENDING_ROWS:
+            self._drain(late)
         return []
+
+    def _drain(self, late: list) -> None:
+        gone, odd, failed = self._columns.drain(self.columns, self.watermark - self._lateness)
+        late += gone
+        for r in odd:
+            self._bad("key, time or value (null)", r)
+        for n, exc in failed:  # types unlike the state's
+            self._bad("key or value type", f"a batch of {n} rows", exc)
+
+    def on_watermark(self, watermark: int) -> None:
+        if self._columns is not None and self._columns.pending and watermark > self.watermark:
+            late: list = []
+            self._drain(late)  # at the watermark they arrived under
+            self._emit(late=late)
+        super().on_watermark(watermark)
 
     def _fire_columns(self, wm: int) -> list:
         fired = self._columns.fire(self.columns, self.columns_mark, wm, self._lateness)

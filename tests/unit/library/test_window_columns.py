@@ -63,6 +63,9 @@ def test_windows_are_kept_as_columns_and_fire_as_one_table_per_window():
     op.output.emit_batch, op.late.emit_batch = out.extend, late.extend
     op.begin_window(1)
     op.process_input_batch([pa.RecordBatch.from_pydict({"k": [1, 2, 1, 1], "t": [0, 5, 12, 31], "v": [1, 2, 3, 4]})])
+    assert not op.columns and op.held() == 4  # queued until the window's end (or the next watermark)
+    op.end_window()
+    op.begin_window(2)
     assert op.columns and not op.panes and op.held() == 4  # (1, pane 0), (2, 0), (1, 10), (1, 30)
     op.on_watermark(20)  # closes [0, 20) and [-10, 10)
     assert [t.to_pylist() for t in out] == [
@@ -71,6 +74,7 @@ def test_windows_are_kept_as_columns_and_fire_as_one_table_per_window():
         [{"key": 1, "window_start": 0, "window_end": 20, "value": 4},
          {"key": 2, "window_start": 0, "window_end": 20, "value": 2}]]
     op.process_input_batch([pa.RecordBatch.from_pydict({"k": [3, 3], "t": [9, 15], "v": [7, 8]})])
+    op.end_window()
     assert [b.to_pylist() for b in late] == [[{"k": 3, "t": 9, "v": 7}]]  # its last window [0, 20) fired
     out.clear()
     op.on_watermark(MAX_WATERMARK)
@@ -94,3 +98,19 @@ def test_null_fields_are_malformed_and_dicts_among_batches_join_the_columns():
     op.end_window()
     assert out == [{"key": 1, "window_start": 0, "window_end": 10, "value": 2}]
     assert op.malformed == 2 and metrics["malformed"] == 2
+
+
+@pytest.mark.parametrize("wname", ["tumbling", "sliding-even"])
+def test_batches_aggregated_as_soon_as_enough_rows_wait_give_the_same_results(wname, monkeypatch):
+    """PENDING_ROWS reached mid-window: the queue is aggregated then, under the watermark it came under."""
+    from stram.operators import window_columns
+    monkeypatch.setattr(window_columns, "PENDING_ROWS", 7)
+    window = WINDOWS[wname]
+    for seed in SEEDS:
+        items = stream(seed, 300, keys=4, bound=B, late=0.1, horizon=horizon(window, 50), lookback=2 * R)
+        run = drive(WindowedAggregate, {"aggregate": "sum:v", "window": window, "allowed_lateness_ms": 50,
+                                        "key_field": "key", "timestamp_field": "ts"},
+                    items, R, B, mode=MODES[seed % 3], seed=seed, arrow=True)
+        assert sorted(rows(run.results)) == window_oracle(window, [r for _, r in on_time(items)],
+                                                          lambda rs: sum(r["v"] for r in rs))
+        assert sorted(r["id"] for r in run.late) == late_ids(items)
